@@ -1,0 +1,149 @@
+"""Plain immutable records that flow collect -> analyze -> expose.
+
+Field names follow Kafka's own vocabulary (DescribeProducers, DescribeTransactions); times are
+epoch milliseconds (`_ms`) unless the name says otherwise. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+class StartTimeSource(StrEnum):
+    """Where an open transaction's start time came from (reported as a label)."""
+
+    BATCH_TIMESTAMP = "batch_timestamp"
+    """Max timestamp of the record batch at CurrentTxnStartOffset (read with Fetch)."""
+    LAST_TIMESTAMP = "last_timestamp"
+    """DescribeProducers LastTimestamp: the fallback when the batch cannot be read."""
+    FIRST_SEEN = "first_seen"
+    """When the exporter first saw the transaction open, if earlier than LastTimestamp."""
+
+
+class Classification(StrEnum):
+    """Outcome of the reference find-hanging algorithm for one late open transaction."""
+
+    HANGING = "hanging"
+    COORDINATOR_TRACKED = "coordinator_tracked"
+    UNKNOWN = "unknown"
+    """The coordinator-side APIs could not be asked (unsupported, unauthorised, failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    """One DescribeProducers entry with CurrentTxnStartOffset >= 0, plus its start time."""
+
+    topic: str
+    partition: int
+    leader_id: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+    last_timestamp_ms: int
+    start_time_ms: int
+    start_time_source: StartTimeSource
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """The coordinator's view of one transactional id (DescribeTransactions)."""
+
+    transactional_id: str
+    state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    topic_partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    """How the poll went for one broker. `up` False means its data is missing, never zero."""
+
+    broker_id: int
+    up: bool
+    error: str | None = None
+    transaction_max_timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestError:
+    """One failed request or per-item error, counted by broker, API and Kafka error name."""
+
+    broker_id: int
+    api: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObservation:
+    """Everything one poll of one cluster learned; the input of `analyze`.
+
+    `leaders` holds every partition Metadata returned. Partitions in `unobserved` (leader down,
+    error, unauthorised) must not be counted as free of transactions.
+    """
+
+    cluster: str
+    observed_at_ms: int
+    brokers: tuple[BrokerStatus, ...]
+    leaders: Mapping[TopicPartition, int]
+    open_transactions: tuple[OpenTransaction, ...]
+    unobserved: Mapping[TopicPartition, str] = field(default_factory=dict)
+    transactional_ids: Mapping[int, str] = field(default_factory=dict)
+    """producer_id -> transactional_id, from ListTransactions with ProducerIdFilters."""
+    descriptions: Mapping[str, TransactionDescription | None] = field(default_factory=dict)
+    """transactional_id -> description; None when TRANSACTIONAL_ID_NOT_FOUND."""
+    coordinator_view_complete: bool = True
+    """False when ListTransactions/DescribeTransactions failed or are unsupported."""
+    transaction_states: Mapping[str, int] | None = None
+    """Count of transactional ids per coordinator state (ListTransactions), None if unknown."""
+    last_stable_offset_lag: Mapping[TopicPartition, int] = field(default_factory=dict)
+    request_errors: tuple[RequestError, ...] = ()
+    poll_duration_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LateTransaction:
+    transaction: OpenTransaction
+    age_seconds: float
+    classification: Classification
+    transactional_id: str  # "" when no id maps to the producer
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSummary:
+    broker_id: int
+    up: bool
+    partitions_with_open_transactions: int
+    partitions_with_late_transactions: int
+    partitions_with_hanging_transactions: int
+    transaction_max_timeout_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """What `/metrics` shows for one cluster: the analyzed result of one complete poll."""
+
+    cluster: str
+    observed_at_ms: int
+    up: bool
+    brokers: tuple[BrokerSummary, ...]
+    max_active_transaction_duration_seconds: Mapping[TopicPartition, float]
+    """Only partitions at or above `min_reported_duration`."""
+    cluster_max_active_transaction_duration_seconds: float
+    late_transactions: tuple[LateTransaction, ...]
+    transaction_states: Mapping[str, int] | None
+    last_stable_offset_lag: Mapping[TopicPartition, int]
+    unobserved_partitions: int
+    request_errors: tuple[RequestError, ...]
+    poll_duration_seconds: float

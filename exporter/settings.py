@@ -1,0 +1,56 @@
+"""Validated configuration records (loaded and checked by `exporter.config`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    check_hostname: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SaslSettings:
+    mechanism: str  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    name: str
+    bootstrap_servers: tuple[str, ...]
+    client_id: str = "kafka-txn-exporter"
+    tls: TlsSettings | None = None
+    sasl: SaslSettings | None = None
+    poll_interval_seconds: float = 30.0
+    request_timeout_seconds: float = 10.0
+    describe_producers_batch_size: int = 500
+    late_buffer_seconds: float = 300.0
+    """Added to transaction.max.timeout.ms, like the broker's LATE_TRANSACTION_BUFFER_MS."""
+    min_reported_duration_seconds: float = 60.0
+    transaction_max_timeout_ms: int | None = None
+    """Override for principals that may not DescribeConfigs; skips the lookup."""
+    config_refresh_seconds: float = 3600.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WebSettings:
+    listen_address: str = "0.0.0.0"
+    port: int = 9981
+    web_config_file: str | None = None
+    """Prometheus exporter-toolkit web config (tls_server_config, basic_auth_users)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterSettings:
+    clusters: tuple[ClusterSettings, ...]
+    web: WebSettings = field(default_factory=WebSettings)
+    log_format: str = "auto"  # auto | json | console
+    log_level: str = "info"
