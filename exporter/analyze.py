@@ -1,0 +1,187 @@
+"""Pure analysis: one `ClusterObservation` in, one `ClusterSnapshot` out.
+
+No I/O and no engine assumptions, so the batch (Spark) path can reuse every function here.
+Semantics follow /work/shared/reference/kafka-transactions.md:
+
+- "late" is the broker's `PartitionsWithLateTransactionsCount` rule (now - T >
+  transaction.max.timeout.ms + buffer), but with T = the transaction's *start* (batch timestamp
+  at CurrentTxnStartOffset) instead of the broker's LastTimestamp, so a stalled transaction cannot
+  hide behind a later write; every open transaction on a partition counts, not only the lowest.
+- "hanging" is step 5 of the reference `kafka-transactions.sh find-hanging` algorithm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from exporter.model import (
+    BrokerSummary,
+    Classification,
+    ClusterObservation,
+    ClusterSnapshot,
+    LateTransaction,
+    OpenTransaction,
+    TopicPartition,
+    TransactionDescription,
+)
+from exporter.settings import ClusterSettings
+
+DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
+"""Kafka's default transaction.max.timeout.ms (15 min), used when a broker's value is unknown."""
+
+
+def transaction_age_ms(open_txn: OpenTransaction, now_ms: int) -> int:
+    """How long the transaction has been open; never negative (clock skew)."""
+    return max(0, now_ms - open_txn.start_time_ms)
+
+
+def is_late(
+    open_txn: OpenTransaction, now_ms: int, max_timeout_ms: int, late_buffer_ms: int
+) -> bool:
+    """Late when age > transaction.max.timeout.ms + buffer (strict, like the broker's rule)."""
+    return now_ms - open_txn.start_time_ms > max_timeout_ms + late_buffer_ms
+
+
+def effective_max_timeout_ms(settings: ClusterSettings, broker_max_timeout_ms: int | None) -> int:
+    """The override, else the leader's transaction.max.timeout.ms, else Kafka's default."""
+    if settings.transaction_max_timeout_ms is not None:
+        return settings.transaction_max_timeout_ms
+    if broker_max_timeout_ms is not None:
+        return broker_max_timeout_ms
+    return DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
+
+
+def classify(
+    open_txn: OpenTransaction,
+    transactional_ids: Mapping[int, str],
+    descriptions: Mapping[str, TransactionDescription | None],
+    coordinator_view_complete: bool,
+) -> Classification:
+    """Reference find-hanging step 5 for one (late) open transaction.
+
+    Hanging when the producer id maps to no transactional id, or the id has no description
+    (TRANSACTIONAL_ID_NOT_FOUND, stored as None), or the partition is not among the
+    description's topic partitions; otherwise the coordinator still tracks it.
+    Unknown when the coordinator view is incomplete, or when the id maps but its description
+    could not be obtained (absent from `descriptions`: not a "no", just no answer).
+    """
+    if not coordinator_view_complete:
+        return Classification.UNKNOWN
+    transactional_id = transactional_ids.get(open_txn.producer_id)
+    if transactional_id is None:
+        return Classification.HANGING
+    if transactional_id not in descriptions:
+        return Classification.UNKNOWN
+    description = descriptions[transactional_id]
+    if description is None:
+        return Classification.HANGING
+    if TopicPartition(open_txn.topic, open_txn.partition) not in description.topic_partitions:
+        return Classification.HANGING
+    return Classification.COORDINATOR_TRACKED
+
+
+def late_transactions(
+    open_transactions: Iterable[OpenTransaction],
+    now_ms: int,
+    max_timeout_by_broker: Mapping[int, int],
+    settings: ClusterSettings,
+) -> list[OpenTransaction]:
+    """The open transactions that are late, each judged against its leader's threshold."""
+    late_buffer_ms = round(settings.late_buffer_seconds * 1000)
+    default_ms = effective_max_timeout_ms(settings, None)
+    return [
+        txn
+        for txn in open_transactions
+        if is_late(
+            txn, now_ms, max_timeout_by_broker.get(txn.leader_id, default_ms), late_buffer_ms
+        )
+    ]
+
+
+def max_timeout_by_broker(obs: ClusterObservation, settings: ClusterSettings) -> dict[int, int]:
+    return {
+        b.broker_id: effective_max_timeout_ms(settings, b.transaction_max_timeout_ms)
+        for b in obs.brokers
+    }
+
+
+def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapshot:
+    now_ms = obs.observed_at_ms
+    thresholds = max_timeout_by_broker(obs, settings)
+    late_buffer_ms = round(settings.late_buffer_seconds * 1000)
+    default_ms = effective_max_timeout_ms(settings, None)
+    min_reported_ms = settings.min_reported_duration_seconds * 1000
+
+    # Oldest open transaction per partition (KIP-664 MaxActiveTransactionDuration).
+    max_age_ms: dict[TopicPartition, int] = {}
+    leader_of: dict[TopicPartition, int] = {}
+    late: list[LateTransaction] = []
+    late_partitions: set[TopicPartition] = set()
+    hanging_partitions: set[TopicPartition] = set()
+    for txn in obs.open_transactions:
+        tp = TopicPartition(txn.topic, txn.partition)
+        age_ms = transaction_age_ms(txn, now_ms)
+        if age_ms > max_age_ms.get(tp, -1):
+            max_age_ms[tp] = age_ms
+        leader_of.setdefault(tp, txn.leader_id)
+        threshold_ms = thresholds.get(txn.leader_id, default_ms)
+        if not is_late(txn, now_ms, threshold_ms, late_buffer_ms):
+            continue
+        classification = classify(
+            txn, obs.transactional_ids, obs.descriptions, obs.coordinator_view_complete
+        )
+        late.append(
+            LateTransaction(
+                transaction=txn,
+                age_seconds=age_ms / 1000.0,
+                classification=classification,
+                transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
+            )
+        )
+        late_partitions.add(tp)
+        if classification is Classification.HANGING:
+            hanging_partitions.add(tp)
+
+    open_count: dict[int, int] = {}
+    late_count: dict[int, int] = {}
+    hanging_count: dict[int, int] = {}
+    for tp, leader in leader_of.items():
+        open_count[leader] = open_count.get(leader, 0) + 1
+        if tp in late_partitions:
+            late_count[leader] = late_count.get(leader, 0) + 1
+        if tp in hanging_partitions:
+            hanging_count[leader] = hanging_count.get(leader, 0) + 1
+
+    brokers = tuple(
+        BrokerSummary(
+            broker_id=b.broker_id,
+            up=b.up,
+            # A down broker's numbers are unknown, not zero: the expose layer omits them.
+            partitions_with_open_transactions=open_count.get(b.broker_id, 0) if b.up else 0,
+            partitions_with_late_transactions=late_count.get(b.broker_id, 0) if b.up else 0,
+            partitions_with_hanging_transactions=hanging_count.get(b.broker_id, 0) if b.up else 0,
+            transaction_max_timeout_ms=b.transaction_max_timeout_ms,
+        )
+        for b in sorted(obs.brokers, key=lambda b: b.broker_id)
+    )
+
+    reported = {
+        tp: age_ms / 1000.0 for tp, age_ms in max_age_ms.items() if age_ms >= min_reported_ms
+    }
+    late.sort(key=lambda lt: (-lt.age_seconds, lt.transaction.topic, lt.transaction.partition))
+    return ClusterSnapshot(
+        cluster=obs.cluster,
+        observed_at_ms=now_ms,
+        up=any(b.up for b in obs.brokers),
+        brokers=brokers,
+        max_active_transaction_duration_seconds=reported,
+        cluster_max_active_transaction_duration_seconds=(
+            max(max_age_ms.values()) / 1000.0 if max_age_ms else 0.0
+        ),
+        late_transactions=tuple(late),
+        transaction_states=obs.transaction_states,
+        last_stable_offset_lag=dict(obs.last_stable_offset_lag),
+        unobserved_partitions=len(obs.unobserved),
+        request_errors=obs.request_errors,
+        poll_duration_seconds=obs.poll_duration_seconds,
+    )

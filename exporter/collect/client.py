@@ -1,0 +1,439 @@
+"""Cluster client: broker ids -> connections, Metadata, and the request builders/parsers.
+
+Each function here does one Kafka API against one broker and returns plain data with per-item
+error codes kept (never raised), because one bad partition or id must not discard a whole
+answer (see "kafka-python 3.0.12 admin: what not to rely on" in the reference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.protocol.admin.configs import DescribeConfigsRequest
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    ListTransactionsRequest,
+)
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.record.memory_records import MemoryRecords
+
+from exporter.collect.connection import (
+    AuthenticationFailed,
+    BrokerConnection,
+    BrokerUnreachable,
+    CollectError,
+    ConnectionOptions,
+    ConnectionPool,
+    RequestTimeout,
+    build_ssl_context,
+    parse_bootstrap,
+)
+from exporter.model import TopicPartition
+from exporter.settings import ClusterSettings
+
+BROKER_RESOURCE_TYPE = 4
+TRANSACTION_COORDINATOR_KEY_TYPE = 1
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+LATEST_OFFSET = -1
+FETCH_MAX_BYTES = 1024
+TRANSACTION_MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass(slots=True)
+class MetadataView:
+    """What Metadata said: brokers, the leader of each partition, topic ids."""
+
+    brokers: dict[int, tuple[str, int]]
+    leaders: dict[TopicPartition, int]
+    by_leader: dict[int, dict[str, list[int]]]
+    """leader id -> topic -> partition indexes (grouped for batching)."""
+    topic_ids: dict[str, uuid.UUID]
+    leaderless: dict[TopicPartition, str] = field(default_factory=dict)
+    replica_ids: set[int] = field(default_factory=set)
+    """Every broker named as a replica: a dead broker leaves `brokers` but stays here."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+
+
+class ClusterClient:
+    """Connections by broker id; a broker that failed once in a poll fails fast until the next."""
+
+    def __init__(self, settings: ClusterSettings) -> None:
+        self.settings = settings
+        ssl_context = build_ssl_context(settings.tls) if settings.tls is not None else None
+        self.pool = ConnectionPool(
+            ConnectionOptions(
+                client_id=settings.client_id,
+                ssl_context=ssl_context,
+                sasl=settings.sasl,
+                connect_timeout_seconds=settings.request_timeout_seconds,
+            )
+        )
+        self.bootstrap = [parse_bootstrap(s) for s in settings.bootstrap_servers]
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.down: dict[int, CollectError] = {}
+        self.timeout_seconds = settings.request_timeout_seconds
+
+    def begin_poll(self) -> None:
+        self.down.clear()
+
+    async def connection(self, broker_id: int) -> BrokerConnection:
+        error = self.down.get(broker_id)
+        if error is not None:
+            raise error
+        address = self.brokers.get(broker_id)
+        if address is None:
+            raise BrokerUnreachable(f"broker {broker_id} is not in metadata")
+        try:
+            return await self.pool.get(*address)
+        except CollectError as exc:
+            self.mark_down(broker_id, exc)
+            raise
+
+    def mark_down(self, broker_id: int, error: CollectError) -> None:
+        if isinstance(error, BrokerUnreachable | RequestTimeout | AuthenticationFailed):
+            self.down.setdefault(broker_id, error)
+
+    async def send(self, broker_id: int, build: Callable[[BrokerConnection], Any]) -> Any:
+        """Build the request for the broker's negotiated versions, send it, await the answer."""
+        connection = await self.connection(broker_id)
+        request = build(connection)
+        try:
+            return await connection.request(request, self.timeout_seconds)
+        except CollectError as exc:
+            self.mark_down(broker_id, exc)
+            raise
+
+    async def metadata(self, topics: Sequence[str] | None = None) -> MetadataView:
+        """Metadata from the first broker that answers: known brokers first, then bootstrap."""
+        candidates = [a for b, a in sorted(self.brokers.items()) if b not in self.down]
+        candidates += [a for a in self.bootstrap if a not in candidates]
+        last_error: CollectError = BrokerUnreachable("no bootstrap servers")
+        for host, port in candidates:
+            try:
+                connection = await self.pool.get(host, port)
+                version = connection.version_for(MetadataRequest)
+                request = build_metadata_request(topics, version)
+                response = await connection.request(request, self.timeout_seconds)
+            except CollectError as exc:
+                last_error = exc
+                continue
+            view = parse_metadata(response)
+            if topics is None:
+                self.brokers = dict(view.brokers)
+            else:
+                self.brokers.update(view.brokers)
+            return view
+        raise last_error
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+def build_metadata_request(topics: Sequence[str] | None, version: int) -> Any:
+    topic_list = (
+        None
+        if topics is None
+        else [MetadataRequest.MetadataRequestTopic(name=t, topic_id=_ZERO_UUID) for t in topics]
+    )
+    return MetadataRequest(
+        topics=topic_list,
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+        version=version,
+    )
+
+
+def parse_metadata(response: Any) -> MetadataView:
+    brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+    leaders: dict[TopicPartition, int] = {}
+    by_leader: dict[int, dict[str, list[int]]] = {}
+    topic_ids: dict[str, uuid.UUID] = {}
+    leaderless: dict[TopicPartition, str] = {}
+    replica_ids: set[int] = set()
+    add_replicas = replica_ids.update
+    for topic in response.topics:
+        name = topic.name
+        if topic.error_code != 0 and not topic.partitions:
+            continue
+        if topic.topic_id is not None:
+            topic_ids[name] = topic.topic_id
+        for p in topic.partitions:
+            tp = TopicPartition(name, p.partition_index)
+            leader = p.leader_id
+            leaders[tp] = leader
+            add_replicas(p.replica_nodes)
+            if leader < 0:
+                leaderless[tp] = "LEADER_NOT_AVAILABLE"
+                continue
+            per_topic = by_leader.get(leader)
+            if per_topic is None:
+                per_topic = by_leader[leader] = {}
+            partitions = per_topic.get(name)
+            if partitions is None:
+                per_topic[name] = [p.partition_index]
+            else:
+                partitions.append(p.partition_index)
+    return MetadataView(brokers, leaders, by_leader, topic_ids, leaderless, replica_ids)
+
+
+def batch_partitions(
+    per_topic: dict[str, list[int]], batch_size: int
+) -> list[list[tuple[str, list[int]]]]:
+    """Split topic -> partitions into requests of at most `batch_size` partitions."""
+    batches: list[list[tuple[str, list[int]]]] = []
+    current: list[tuple[str, list[int]]] = []
+    room = batch_size
+    for topic, partitions in per_topic.items():
+        start = 0
+        while start < len(partitions):
+            chunk = partitions[start : start + room]
+            current.append((topic, chunk))
+            start += len(chunk)
+            room -= len(chunk)
+            if room == 0:
+                batches.append(current)
+                current = []
+                room = batch_size
+    if current:
+        batches.append(current)
+    return batches
+
+
+def describe_producers_request(
+    batch: Iterable[tuple[str, list[int]]],
+) -> Callable[[BrokerConnection], Any]:
+    def build(connection: BrokerConnection) -> Any:
+        return DescribeProducersRequest(
+            topics=[
+                DescribeProducersRequest.TopicRequest(name=t, partition_indexes=ps)
+                for t, ps in batch
+            ],
+            version=connection.version_for(DescribeProducersRequest),
+        )
+
+    return build
+
+
+def list_transactions_request(
+    producer_ids: Sequence[int] = (),
+) -> Callable[[BrokerConnection], Any]:
+    def build(connection: BrokerConnection) -> Any:
+        return ListTransactionsRequest(
+            state_filters=[],
+            producer_id_filters=list(producer_ids),
+            version=connection.version_for(ListTransactionsRequest),
+        )
+
+    return build
+
+
+def describe_broker_config_request(broker_id: int) -> Callable[[BrokerConnection], Any]:
+    """All configs of BROKER `broker_id` (configuration_keys null): defaults are not filtered."""
+
+    def build(connection: BrokerConnection) -> Any:
+        return DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=BROKER_RESOURCE_TYPE,
+                    resource_name=str(broker_id),
+                    configuration_keys=None,
+                )
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+            version=connection.version_for(DescribeConfigsRequest),
+        )
+
+    return build
+
+
+def parse_transaction_max_timeout_ms(response: Any) -> int | None:
+    for result in response.results:
+        if result.error_code != 0:
+            return None
+        for config in result.configs:
+            if config.name == TRANSACTION_MAX_TIMEOUT_CONFIG and config.value is not None:
+                return int(config.value)
+    return None
+
+
+def find_coordinator_requests(
+    connection: BrokerConnection, transactional_ids: Sequence[str]
+) -> list[Any]:
+    """Batched FindCoordinator (v4+) when the broker supports it, else one request per id."""
+    version = connection.version_for(FindCoordinatorRequest)
+    if version >= 4:
+        return [
+            FindCoordinatorRequest(
+                key_type=TRANSACTION_COORDINATOR_KEY_TYPE,
+                coordinator_keys=list(transactional_ids),
+                version=version,
+            )
+        ]
+    return [
+        FindCoordinatorRequest(key=t, key_type=TRANSACTION_COORDINATOR_KEY_TYPE, version=version)
+        for t in transactional_ids
+    ]
+
+
+def parse_find_coordinator(response: Any, requested_key: str | None) -> list[tuple[str, int, int]]:
+    """-> [(transactional_id, node_id, error_code)] for either response shape."""
+    if response.API_VERSION >= 4:
+        return [(c.key, c.node_id, c.error_code) for c in response.coordinators]
+    assert requested_key is not None
+    return [(requested_key, response.node_id, response.error_code)]
+
+
+def describe_transactions_request(
+    transactional_ids: Sequence[str],
+) -> Callable[[BrokerConnection], Any]:
+    def build(connection: BrokerConnection) -> Any:
+        return DescribeTransactionsRequest(
+            transactional_ids=list(transactional_ids),
+            version=connection.version_for(DescribeTransactionsRequest),
+        )
+
+    return build
+
+
+def list_offsets_request(
+    partitions: dict[str, list[int]], isolation_level: int
+) -> Callable[[BrokerConnection], Any]:
+    """Latest offset per partition: READ_UNCOMMITTED gives the high watermark, READ_COMMITTED
+    the last stable offset (reference: LastStableOffsetLag from outside the broker)."""
+
+    def build(connection: BrokerConnection) -> Any:
+        # isolation_level exists from v2; an older answer would silently be the high watermark.
+        version = connection.version_for(ListOffsetsRequest)
+        if version < 2:
+            raise UnsupportedApiForLag("ListOffsets v2+ needed for isolation_level")
+        return ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=isolation_level,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=t,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=p, current_leader_epoch=-1, timestamp=LATEST_OFFSET
+                        )
+                        for p in ps
+                    ],
+                )
+                for t, ps in partitions.items()
+            ],
+            timeout_ms=0,
+            version=version,
+        )
+
+    return build
+
+
+class UnsupportedApiForLag(CollectError):
+    kind = "UNSUPPORTED_VERSION"
+
+
+def fetch_request(
+    topic: str, topic_id: uuid.UUID | None, partition: int, offset: int
+) -> Callable[[BrokerConnection], Any]:
+    """Fetch a few bytes at `offset`, READ_UNCOMMITTED, without waiting for new data.
+
+    The broker always returns the whole first batch even past max_bytes (KIP-74), and that
+    batch header holds the max timestamp we want."""
+
+    def build(connection: BrokerConnection) -> Any:
+        # v13+ names topics by id only; without a known id stay on v12.
+        cap = None if topic_id is not None and topic_id != _ZERO_UUID else 12
+        version = connection.version_for(FetchRequest, max_version=cap)
+        fetch_partition = FetchRequest.FetchTopic.FetchPartition(
+            partition=partition,
+            current_leader_epoch=-1,
+            fetch_offset=offset,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=FETCH_MAX_BYTES,
+        )
+        return FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=FETCH_MAX_BYTES,
+            isolation_level=READ_UNCOMMITTED,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=topic,
+                    topic_id=topic_id or _ZERO_UUID,
+                    partitions=[fetch_partition],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+            version=version,
+        )
+
+    return build
+
+
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def first_batch_header(records: bytes | memoryview | None) -> BatchHeader | None:
+    """Header of the first record batch (magic 2) in Fetch `records`, or None.
+
+    kafka.record parses complete batches; a truncated one falls back to the fixed 61-byte
+    v2 header layout, which is all we need (base offset, max timestamp, producer)."""
+    if not records:
+        return None
+    data = bytes(records)
+    try:
+        batch = MemoryRecords(data).next_batch()
+    except Exception:
+        batch = None
+    if batch is not None and getattr(batch, "magic", 2) == 2:
+        return BatchHeader(
+            base_offset=batch.base_offset,
+            max_timestamp=batch.max_timestamp,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+        )
+    if len(data) < _BATCH_HEADER.size:
+        return None
+    fields = _BATCH_HEADER.unpack_from(data, 0)
+    if fields[3] != 2:
+        return None
+    return BatchHeader(
+        base_offset=fields[0],
+        max_timestamp=fields[8],
+        producer_id=fields[9],
+        producer_epoch=fields[10],
+    )
+
+
+def monotonic() -> float:
+    return time.monotonic()
+
+
+async def gather_settled(*aws: Any) -> list[Any]:
+    """asyncio.gather that returns exceptions instead of raising (one failure is not all)."""
+    return list(await asyncio.gather(*aws, return_exceptions=True))

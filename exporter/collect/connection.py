@@ -1,0 +1,372 @@
+"""A lean asyncio connection to one Kafka broker.
+
+Why not kafka-python's own network layer (`kafka/net/manager.py`, `connection.py`)? It runs its
+own selector-based event loop, is coupled to its `ClusterMetadata`/bootstrap logic, and closes the
+whole connection when any single request times out (failing every other request in flight). The
+exporter needs many requests pipelined to many brokers at once, each with its own timeout, owned
+by a poller that may run from any scheduler thread. So this module keeps only what is needed:
+
+- framing (4-byte size), correlation ids and pipelining (many requests in flight per socket;
+  Kafka answers them in order, a late answer to a timed-out request is simply dropped);
+- ApiVersions negotiation per broker, so each request uses the best version both sides support;
+- TLS through an `ssl.SSLContext` built from `TlsSettings`;
+- SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512 via kafka-python's mechanism classes.
+
+Encoding and decoding are kafka-python's generated protocol classes (`kafka.protocol.*`).
+Every failure surfaces as a typed `CollectError`; nothing here crashes a poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import kafka.errors as kafka_errors
+from kafka.net.sasl import get_sasl_mechanism
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from exporter.settings import SaslSettings, TlsSettings
+
+_SIZE = struct.Struct(">i")
+_MAX_FRAME_BYTES = 512 * 1024 * 1024
+CLIENT_SOFTWARE_NAME = "kafka-txn-exporter"
+CLIENT_SOFTWARE_VERSION = "0.1.0"
+
+# kafka-python still uses pre-KIP-497 names for a few codes; metrics use Kafka's current names.
+_ERROR_NAME_OVERRIDES = {6: "NOT_LEADER_OR_FOLLOWER"}
+
+
+def error_name(error_code: int) -> str:
+    """Kafka's name for a protocol error code (e.g. 29 -> TOPIC_AUTHORIZATION_FAILED)."""
+    if error_code in _ERROR_NAME_OVERRIDES:
+        return _ERROR_NAME_OVERRIDES[error_code]
+    cls: Any = kafka_errors.for_code(error_code)
+    message = getattr(cls, "message", None)
+    if isinstance(message, str) and message and cls.__name__ != "UnrecognizedBrokerError":
+        return message
+    return f"UNKNOWN_ERROR_CODE_{error_code}"
+
+
+class CollectError(Exception):
+    """Base of every failure the collect layer reports; `kind` is a stable label value."""
+
+    kind = "ERROR"
+
+
+class BrokerUnreachable(CollectError):
+    kind = "BROKER_UNREACHABLE"
+
+
+class RequestTimeout(CollectError):
+    kind = "REQUEST_TIMEOUT"
+
+
+class DecodeError(CollectError):
+    kind = "DECODE_ERROR"
+
+
+class AuthenticationFailed(CollectError):
+    kind = "AUTHENTICATION_FAILED"
+
+
+class UnsupportedApi(CollectError):
+    """The broker does not offer this API in any version this client can speak."""
+
+    kind = "UNSUPPORTED_VERSION"
+
+
+def build_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
+    """A client TLS context that verifies the broker (against `ca_file` or the system store)."""
+    context = ssl.create_default_context(cafile=tls.ca_file)
+    if tls.cert_file:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    context.check_hostname = tls.check_hostname
+    return context
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    client_id: str
+    ssl_context: ssl.SSLContext | None = None
+    sasl: SaslSettings | None = None
+    connect_timeout_seconds: float = 10.0
+
+
+class BrokerConnection:
+    """One TCP (optionally TLS) connection, negotiated and authenticated, with pipelining."""
+
+    def __init__(self, host: str, port: int, options: ConnectionOptions) -> None:
+        self.host = host
+        self.port = port
+        self._options = options
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[Any, int, asyncio.Future[Any]]] = {}
+        self._next_correlation_id = 0
+        self._closed_error: CollectError | None = None
+        self.api_versions: dict[int, tuple[int, int]] = {}
+
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None and self._closed_error is None
+
+    async def connect(self) -> None:
+        """Open the socket, negotiate ApiVersions, authenticate. Raises `CollectError`."""
+        timeout = self._options.connect_timeout_seconds
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self._options.ssl_context,
+                    server_hostname=self.host if self._options.ssl_context else None,
+                    limit=2**20,
+                ),
+                timeout,
+            )
+        except TimeoutError as exc:
+            raise BrokerUnreachable(f"connect to {self.host}:{self.port} timed out") from exc
+        except ssl.SSLError as exc:
+            raise AuthenticationFailed(
+                f"TLS handshake with {self.host}:{self.port}: {exc}"
+            ) from exc
+        except OSError as exc:
+            raise BrokerUnreachable(f"connect to {self.host}:{self.port}: {exc}") from exc
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        try:
+            await self._negotiate_api_versions(timeout)
+            if self._options.sasl is not None:
+                await self._authenticate(self._options.sasl, timeout)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _negotiate_api_versions(self, timeout: float) -> None:
+        # Kafka answers an unsupported ApiVersions version with error 35 and a v0 body that
+        # lists the versions it does support (reference capture 41).
+        version = ApiVersionsRequest.max_version
+        for _ in range(3):
+            request = ApiVersionsRequest(
+                client_software_name=CLIENT_SOFTWARE_NAME,
+                client_software_version=CLIENT_SOFTWARE_VERSION,
+                version=version,
+            )
+            response = await self._send(request, version, timeout)
+            versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            if response.error_code == 0:
+                self.api_versions = versions
+                return
+            if response.error_code == 35 and ApiVersionsResponse.API_KEY in versions:
+                version = min(version - 1, versions[ApiVersionsResponse.API_KEY][1])
+                if version >= 0:
+                    continue
+            raise UnsupportedApi(f"ApiVersions failed: {error_name(response.error_code)}")
+        raise UnsupportedApi("ApiVersions negotiation did not converge")
+
+    async def _authenticate(self, sasl: SaslSettings, timeout: float) -> None:
+        """SaslHandshake v1 then SaslAuthenticate rounds driven by kafka-python's mechanism."""
+        handshake_version = self.version_for(SaslHandshakeRequest)
+        handshake = await self._send(
+            SaslHandshakeRequest(mechanism=sasl.mechanism, version=handshake_version),
+            handshake_version,
+            timeout,
+        )
+        if handshake.error_code != 0:
+            raise AuthenticationFailed(
+                f"SASL mechanism {sasl.mechanism} refused: {error_name(handshake.error_code)}"
+                f" (enabled: {list(handshake.mechanisms)})"
+            )
+        security_protocol = "SASL_SSL" if self._options.ssl_context else "SASL_PLAINTEXT"
+        try:
+            mechanism = get_sasl_mechanism(sasl.mechanism)(
+                host=self.host,
+                security_protocol=security_protocol,
+                sasl_mechanism=sasl.mechanism,
+                sasl_plain_username=sasl.username,
+                sasl_plain_password=sasl.password,
+            )
+        except (KeyError, kafka_errors.KafkaError) as exc:
+            raise AuthenticationFailed(f"unsupported SASL mechanism {sasl.mechanism}") from exc
+        version = self.version_for(SaslAuthenticateRequest)
+        rounds = 0
+        while not mechanism.is_done():
+            rounds += 1
+            if rounds > 5:
+                raise AuthenticationFailed("SASL exchange did not finish")
+            token = mechanism.auth_bytes()
+            response = await self._send(
+                SaslAuthenticateRequest(auth_bytes=token, version=version), version, timeout
+            )
+            if response.error_code != 0:
+                # Never include credentials; the broker's message names only the principal.
+                raise AuthenticationFailed(
+                    f"SASL {sasl.mechanism}: {error_name(response.error_code)}"
+                    f" {response.error_message or ''}".rstrip()
+                )
+            try:
+                mechanism.receive(bytes(response.auth_bytes))
+            except (ValueError, KeyError) as exc:
+                raise AuthenticationFailed(f"SASL {sasl.mechanism}: {exc}") from exc
+        if not mechanism.is_authenticated():
+            raise AuthenticationFailed(f"SASL {sasl.mechanism}: not authenticated")
+
+    def version_for(self, request_class: Any, max_version: int | None = None) -> int:
+        """Best version both this client and the broker support (capped by `max_version`)."""
+        api_key = request_class.API_KEY
+        broker_range = self.api_versions.get(api_key)
+        if broker_range is None:
+            raise UnsupportedApi(f"{request_class.__name__} not offered by broker")
+        version: int = min(request_class.max_version, broker_range[1])
+        if max_version is not None:
+            version = min(version, max_version)
+        if version < broker_range[0]:
+            raise UnsupportedApi(
+                f"{request_class.__name__}: broker supports {broker_range}, client up to {version}"
+            )
+        return version
+
+    async def request(self, request: Any, timeout_seconds: float) -> Any:
+        """Send `request` (its version already set, see `version_for`) and await the answer."""
+        version = request.API_VERSION
+        if version is None:
+            version = self.version_for(type(request))
+        return await self._send(request, version, timeout_seconds)
+
+    async def _send(self, request: Any, version: int, timeout_seconds: float) -> Any:
+        if self._closed_error is not None:
+            raise self._closed_error
+        writer = self._writer
+        if writer is None:
+            raise BrokerUnreachable("not connected")
+        self._next_correlation_id = (self._next_correlation_id + 1) % 2**31
+        correlation_id = self._next_correlation_id
+        request.API_VERSION = version
+        request.with_header(correlation_id=correlation_id, client_id=self._options.client_id)
+        try:
+            data = request.encode(header=True, framed=True)
+        except Exception as exc:
+            raise DecodeError(f"cannot encode {type(request).__name__} v{version}: {exc}") from exc
+        response_class = request.header.get_response_class()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (response_class, version, future)
+        try:
+            writer.write(data)
+            return await asyncio.wait_for(future, timeout_seconds)
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"{request.name} v{version} to {self.host}:{self.port} timed out"
+                f" after {timeout_seconds:g} s"
+            ) from exc
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        error: CollectError
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if size < 4 or size > _MAX_FRAME_BYTES:
+                    error = DecodeError(f"invalid frame size {size}")
+                    break
+                payload = await reader.readexactly(size)
+                (correlation_id,) = _SIZE.unpack_from(payload, 0)
+                entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    continue  # the request timed out already
+                response_class, version, future = entry
+                if future.done():
+                    continue
+                try:
+                    response = response_class.decode(payload, version=version, header=True)
+                except Exception as exc:
+                    future.set_exception(
+                        DecodeError(f"cannot decode {response_class.__name__} v{version}: {exc}")
+                    )
+                else:
+                    future.set_result(response)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            error = BrokerUnreachable(f"connection to {self.host}:{self.port} lost: {exc!r}")
+        except asyncio.CancelledError:
+            error = BrokerUnreachable("connection closed")
+            self._fail(error)
+            raise
+        self._fail(error)
+
+    def _fail(self, error: CollectError) -> None:
+        if self._closed_error is None:
+            self._closed_error = error
+        pending, self._pending = self._pending, {}
+        for _, _, future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        self._fail(BrokerUnreachable("connection closed"))
+        task, self._read_task = self._read_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        writer = self._writer
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+
+class ConnectionPool:
+    """Connections by broker id (or bootstrap address), opened lazily and reused across polls."""
+
+    def __init__(self, options: ConnectionOptions) -> None:
+        self._options = options
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    async def get(self, host: str, port: int) -> BrokerConnection:
+        key = (host, port)
+        connection = self._connections.get(key)
+        if connection is not None and connection.is_open:
+            return connection
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            connection = self._connections.get(key)
+            if connection is not None and connection.is_open:
+                return connection
+            if connection is not None:
+                await connection.close()
+            connection = BrokerConnection(host, port, self._options)
+            await connection.connect()
+            self._connections[key] = connection
+            return connection
+
+    async def discard(self, host: str, port: int) -> None:
+        connection = self._connections.pop((host, port), None)
+        if connection is not None:
+            await connection.close()
+
+    async def close(self) -> None:
+        connections, self._connections = self._connections, {}
+        for connection in connections.values():
+            await connection.close()
+
+
+def parse_bootstrap(server: str) -> tuple[str, int]:
+    """'host:port' or '[v6]:port' -> (host, port); Kafka's default port 9092 when omitted."""
+    server = server.strip()
+    if server.startswith("["):
+        host, _, rest = server[1:].partition("]")
+        port = rest.lstrip(":")
+        return host, int(port) if port else 9092
+    host, sep, port = server.rpartition(":")
+    if not sep:
+        return server, 9092
+    return host, int(port)

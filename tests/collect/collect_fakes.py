@@ -1,0 +1,362 @@
+"""A table-driven fake of the brokers' logic, plugged into the simulator's network layer.
+
+It answers exactly the APIs the poller uses, from tables the test fills in, so each poller
+behaviour (retries, re-routing, per-item errors) can be pinned without the full simulator.
+Answers are shaped like the real Kafka 4.0 captures (tests/data/real-kafka-4.0).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.protocol.admin.configs import DescribeConfigsResponse
+from kafka.protocol.admin.transactions import (
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
+)
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsResponse
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+
+from exporter.sim.api import RequestContext
+from exporter.sim.versions import PROFILES
+from exporter.sim.workload import build_record_batch
+
+Key = tuple[str, int]
+
+
+@dataclass
+class Producer:
+    producer_id: int
+    producer_epoch: int = 0
+    last_timestamp: int = 0
+    start_offset: int = -1
+    coordinator_epoch: int = -1
+    last_sequence: int = 0
+
+
+@dataclass
+class Txn:
+    producer_id: int
+    state: str
+    coordinator: int
+    partitions: list[Key] = field(default_factory=list)
+    start_time_ms: int = -1
+
+
+@dataclass
+class FakeCluster:
+    """Tables the dispatcher answers from; mutate them between polls (from the test thread
+    through SimCluster.call, or before starting)."""
+
+    node_ids: list[int]
+    profile: str = "4.0"
+    leaders: dict[Key, int] = field(default_factory=dict)
+    producers: dict[Key, list[Producer]] = field(default_factory=dict)
+    batches: dict[tuple[str, int, int], tuple[int, int, int]] = field(default_factory=dict)
+    """(topic, partition, offset) -> (max_timestamp, producer_id, producer_epoch)."""
+    offsets: dict[Key, tuple[int, int]] = field(default_factory=dict)  # (high watermark, LSO)
+    max_timeout_ms: dict[int, int] = field(default_factory=dict)
+    transactions: dict[str, Txn] = field(default_factory=dict)
+    errors: dict[tuple[int, Any], list[int]] = field(default_factory=dict)
+    """(api_key, item) -> error codes to answer next, one per request, item = (topic, p) or id."""
+    denied_topics: set[str] = field(default_factory=set)
+    endpoints: dict[int, tuple[str, int]] = field(default_factory=dict)
+    calls: list[tuple[int, int]] = field(default_factory=list)  # (broker, api_key)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    after_metadata: list[Callable[[], None]] = field(default_factory=list)
+    """Run once each after answering a Metadata request (e.g. move a leader right after)."""
+
+    # -- Dispatcher -------------------------------------------------------------------------
+
+    def set_endpoints(self, endpoints: Mapping[int, tuple[str, int]]) -> None:
+        self.endpoints = dict(endpoints)
+
+    def supported_versions(self, broker_id: int) -> Mapping[int, tuple[int, int]]:
+        return PROFILES[self.profile].api_versions
+
+    def handle(self, ctx: RequestContext, request: Any) -> Any | None:
+        self.calls.append((ctx.broker_id, ctx.api_key))
+        handler = getattr(self, f"_api_{ctx.api_key}")
+        return handler(ctx, request)
+
+    def _take_error(self, api_key: int, item: Any) -> int:
+        queue = self.errors.get((api_key, item))
+        if queue:
+            return queue.pop(0)
+        return 0
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        return self.topic_ids.setdefault(topic, uuid.uuid4())
+
+    # Metadata
+    def _api_3(self, ctx: RequestContext, request: Any) -> Any:
+        wanted = None if request.topics is None else {t.name for t in request.topics}
+        topics: dict[str, list[Any]] = {}
+        for (topic, p), leader in sorted(self.leaders.items()):
+            if wanted is not None and topic not in wanted:
+                continue
+            topics.setdefault(topic, []).append(
+                MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+                    error_code=0,
+                    partition_index=p,
+                    leader_id=leader,
+                    leader_epoch=0,
+                    replica_nodes=[leader],
+                    isr_nodes=[leader],
+                    offline_replicas=[],
+                )
+            )
+        response = MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[
+                MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=port, rack=None)
+                for n, (h, port) in sorted(self.endpoints.items())
+            ],
+            cluster_id="fake",
+            controller_id=self.node_ids[0],
+            topics=[
+                MetadataResponse.MetadataResponseTopic(
+                    error_code=0,
+                    name=t,
+                    topic_id=self.topic_id(t),
+                    is_internal=t.startswith("__"),
+                    partitions=ps,
+                )
+                for t, ps in topics.items()
+            ],
+        )
+        if self.after_metadata:
+            self.after_metadata.pop(0)()
+        return response
+
+    # DescribeProducers
+    def _api_61(self, ctx: RequestContext, request: Any) -> Any:
+        R = DescribeProducersResponse.TopicResponse
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for p in t.partition_indexes:
+                key = (t.name, p)
+                code = self._take_error(61, key)
+                if not code and t.name in self.denied_topics:
+                    code = 29
+                if not code and self.leaders.get(key) != ctx.broker_id:
+                    code = 6
+                producers = [] if code else self.producers.get(key, [])
+                partitions.append(
+                    R.PartitionResponse(
+                        partition_index=p,
+                        error_code=code,
+                        error_message=None,
+                        active_producers=[
+                            R.PartitionResponse.ProducerState(
+                                producer_id=x.producer_id,
+                                producer_epoch=x.producer_epoch,
+                                last_sequence=x.last_sequence,
+                                last_timestamp=x.last_timestamp,
+                                coordinator_epoch=x.coordinator_epoch,
+                                current_txn_start_offset=x.start_offset,
+                            )
+                            for x in producers
+                        ],
+                    )
+                )
+            topics.append(R(name=t.name, partitions=partitions))
+        return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+
+    # Fetch (one partition per request, as the poller sends)
+    def _api_1(self, ctx: RequestContext, request: Any) -> Any:
+        by_id = {v: k for k, v in self.topic_ids.items()}
+        (topic,) = request.topics
+        (partition,) = topic.partitions
+        name = topic.topic if request.API_VERSION < 13 else by_id[topic.topic_id]
+        key = (name, partition.partition)
+        code = self._take_error(1, key)
+        records = b""
+        found = self.batches.get((name, partition.partition, partition.fetch_offset))
+        if not code and found is not None:
+            max_ts, pid, epoch = found
+            raw, _, _ = build_record_batch(
+                [(b"k", b"v", max_ts)],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=0,
+                transactional=True,
+            )
+            buf = bytearray(raw)
+            struct.pack_into(">q", buf, 0, partition.fetch_offset)
+            records = bytes(buf)
+        hw, lso = self.offsets.get(key, (0, 0))
+        P = FetchResponse.FetchableTopicResponse.PartitionData
+        return FetchResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            session_id=0,
+            responses=[
+                FetchResponse.FetchableTopicResponse(
+                    topic=name,
+                    topic_id=topic.topic_id,
+                    partitions=[
+                        P(
+                            partition_index=partition.partition,
+                            error_code=code,
+                            high_watermark=hw,
+                            last_stable_offset=lso,
+                            log_start_offset=0,
+                            aborted_transactions=None,
+                            preferred_read_replica=-1,
+                            records=records,
+                        )
+                    ],
+                )
+            ],
+            node_endpoints=[],
+        )
+
+    # ListOffsets: READ_UNCOMMITTED -> high watermark, READ_COMMITTED -> LSO
+    def _api_2(self, ctx: RequestContext, request: Any) -> Any:
+        T = ListOffsetsResponse.ListOffsetsTopicResponse
+        return ListOffsetsResponse(
+            throttle_time_ms=0,
+            topics=[
+                T(
+                    name=t.name,
+                    partitions=[
+                        T.ListOffsetsPartitionResponse(
+                            partition_index=p.partition_index,
+                            error_code=0,
+                            timestamp=-1,
+                            offset=self.offsets.get((t.name, p.partition_index), (0, 0))[
+                                request.isolation_level
+                            ],
+                            leader_epoch=0,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.topics
+            ],
+        )
+
+    # DescribeConfigs (BROKER, all configs)
+    def _api_32(self, ctx: RequestContext, request: Any) -> Any:
+        R = DescribeConfigsResponse.DescribeConfigsResult
+        results = []
+        for res in request.resources:
+            value = self.max_timeout_ms.get(int(res.resource_name), 900000)
+            configs = [
+                R.DescribeConfigsResourceResult(
+                    name=name,
+                    value=v,
+                    read_only=True,
+                    config_source=5,
+                    is_sensitive=False,
+                    synonyms=[],
+                    config_type=5,
+                    documentation=None,
+                )
+                for name, v in (
+                    ("log.retention.ms", None),
+                    ("transaction.max.timeout.ms", str(value)),
+                )
+            ]
+            results.append(
+                R(
+                    error_code=0,
+                    error_message=None,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                    configs=configs,
+                )
+            )
+        return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+    # ListTransactions: each broker lists the ids it coordinates
+    def _api_66(self, ctx: RequestContext, request: Any) -> Any:
+        code = self._take_error(66, ctx.broker_id)
+        pids = set(request.producer_id_filters)
+        return ListTransactionsResponse(
+            throttle_time_ms=0,
+            error_code=code,
+            unknown_state_filters=[],
+            transaction_states=[]
+            if code
+            else [
+                ListTransactionsResponse.TransactionState(
+                    transactional_id=tid, producer_id=t.producer_id, transaction_state=t.state
+                )
+                for tid, t in sorted(self.transactions.items())
+                if t.coordinator == ctx.broker_id and (not pids or t.producer_id in pids)
+            ],
+        )
+
+    # FindCoordinator (key type 1)
+    def _api_10(self, ctx: RequestContext, request: Any) -> Any:
+        def node(tid: str) -> int:
+            txn = self.transactions.get(tid)
+            return txn.coordinator if txn is not None else self.node_ids[0]
+
+        if request.API_VERSION >= 4:
+            coordinators = []
+            for tid in request.coordinator_keys:
+                n = node(tid)
+                host, port = self.endpoints[n]
+                coordinators.append(
+                    FindCoordinatorResponse.Coordinator(
+                        key=tid, node_id=n, host=host, port=port, error_code=0, error_message=""
+                    )
+                )
+            return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+        n = node(request.key)
+        host, port = self.endpoints[n]
+        return FindCoordinatorResponse(
+            throttle_time_ms=0, error_code=0, error_message="NONE", node_id=n, host=host, port=port
+        )
+
+    # DescribeTransactions
+    def _api_65(self, ctx: RequestContext, request: Any) -> Any:
+        S = DescribeTransactionsResponse.TransactionState
+        states = []
+        for tid in request.transactional_ids:
+            txn = self.transactions.get(tid)
+            code = self._take_error(65, tid)
+            if not code and txn is None:
+                code = 105
+            if not code and txn is not None and txn.coordinator != ctx.broker_id:
+                code = 16
+            if code or txn is None:
+                states.append(
+                    S(
+                        error_code=code,
+                        transactional_id=tid,
+                        transaction_state="",
+                        transaction_timeout_ms=0,
+                        transaction_start_time_ms=0,
+                        producer_id=0,
+                        producer_epoch=0,
+                        topics=[],
+                    )
+                )
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for t, p in txn.partitions:
+                by_topic.setdefault(t, []).append(p)
+            states.append(
+                S(
+                    error_code=0,
+                    transactional_id=tid,
+                    transaction_state=txn.state,
+                    transaction_timeout_ms=60000,
+                    transaction_start_time_ms=txn.start_time_ms,
+                    producer_id=txn.producer_id,
+                    producer_epoch=0,
+                    topics=[S.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()],
+                )
+            )
+        return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)

@@ -1,0 +1,112 @@
+"""Request builders and response parsers (exporter/collect/client.py) against the real
+Kafka 4.0 captures in tests/data/real-kafka-4.0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kafka.protocol.admin.configs import DescribeConfigsResponse
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+
+from exporter.collect.client import (
+    batch_partitions,
+    first_batch_header,
+    parse_find_coordinator,
+    parse_metadata,
+    parse_transaction_max_timeout_ms,
+)
+from exporter.model import TopicPartition
+
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
+
+
+def capture(name: str) -> dict[str, Any]:
+    path = next(CAPTURES.glob(f"{name}-*.json"))
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def decode(name: str, response_class: Any) -> Any:
+    golden = capture(name)
+    raw = bytes.fromhex(golden["response_hex"])
+    return response_class.decode(raw, version=golden["request_version"], header=True)
+
+
+def test_parse_metadata_groups_partitions_by_leader_in_broker_order() -> None:
+    view = parse_metadata(decode("04", MetadataResponse))
+    assert view.brokers == {1: ("127.0.0.1", 19092)}
+    assert view.by_leader == {
+        1: {"txn-open": [1, 2, 0], "txn-committed": [0], "hang-test": [1, 2, 0]}
+    }
+    assert view.leaders[TopicPartition("hang-test", 0)] == 1
+    assert len(view.leaders) == 7
+    assert set(view.topic_ids) == {"txn-open", "txn-committed", "hang-test"}
+
+
+def test_unknown_topic_in_metadata_is_skipped() -> None:
+    view = parse_metadata(decode("05", MetadataResponse))
+    assert view.leaders == {}
+
+
+def test_transaction_max_timeout_from_all_broker_configs() -> None:
+    # The capture's broker ran with transaction.max.timeout.ms=60000.
+    assert parse_transaction_max_timeout_ms(decode("06", DescribeConfigsResponse)) == 60000
+
+
+def test_find_coordinator_batched_and_single_shapes() -> None:
+    batched = parse_find_coordinator(decode("09", FindCoordinatorResponse), None)
+    assert {key for key, _, _ in batched} == {
+        "tx-open-1",
+        "tx-committed-1",
+        "hang-1",
+        "never-used-id",
+    }
+    assert all(node == 1 and code == 0 for _, node, code in batched)
+    assert parse_find_coordinator(decode("10", FindCoordinatorResponse), "tx-open-1") == [
+        ("tx-open-1", 1, 0)
+    ]
+    first = parse_find_coordinator(decode("08", FindCoordinatorResponse), None)
+    assert {code for _, _, code in first} == {15}  # COORDINATOR_NOT_AVAILABLE on a fresh cluster
+
+
+def test_first_batch_header_of_the_hanging_transaction_capture_33() -> None:
+    response = decode("33", FetchResponse)
+    records = response.responses[0].partitions[0].records
+    header = first_batch_header(records)
+    assert header is not None
+    assert (header.base_offset, header.producer_id, header.producer_epoch) == (0, 3, 0)
+    # = the backdated CreateTime = DescribeProducers LastTimestamp (capture 27).
+    assert header.max_timestamp == 1795216736141
+
+
+def test_first_batch_header_takes_the_first_of_several_batches_capture_35() -> None:
+    golden = capture("35")
+    response = decode("35", FetchResponse)
+    header = first_batch_header(response.responses[0].partitions[0].records)
+    (first, *_rest) = next(iter(golden["decoded_record_batches"].values()))
+    assert header is not None
+    assert header.base_offset == first["base_offset"] == 0
+    assert header.max_timestamp == first["max_timestamp"]
+
+
+def test_first_batch_header_of_a_truncated_batch_reads_the_fixed_header() -> None:
+    response = decode("33", FetchResponse)
+    records = bytes(response.responses[0].partitions[0].records)
+    header = first_batch_header(records[:61])
+    assert header is not None
+    assert header.max_timestamp == 1795216736141
+    assert first_batch_header(records[:40]) is None
+    assert first_batch_header(b"") is None
+    assert first_batch_header(None) is None
+
+
+def test_batch_partitions_never_exceeds_batch_size_and_keeps_every_partition() -> None:
+    per_topic = {"a": list(range(7)), "b": [0], "c": list(range(5))}
+    batches = batch_partitions(per_topic, 3)
+    assert all(sum(len(ps) for _, ps in batch) <= 3 for batch in batches)
+    flat = sorted((t, p) for batch in batches for t, ps in batch for p in ps)
+    assert flat == sorted((t, p) for t, ps in per_topic.items() for p in ps)
+    assert len(batches) == 5

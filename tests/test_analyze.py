@@ -1,0 +1,296 @@
+"""Unit tests for the pure analysis (exporter/analyze.py).
+
+Rules: /work/shared/reference/kafka-transactions.md ("The broker's own late-transaction metric",
+"The reference find hanging algorithm", step 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.analyze import (
+    DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    analyze,
+    classify,
+    effective_max_timeout_ms,
+    is_late,
+)
+from exporter.model import (
+    BrokerStatus,
+    Classification,
+    ClusterObservation,
+    OpenTransaction,
+    StartTimeSource,
+    TopicPartition,
+    TransactionDescription,
+)
+from exporter.settings import ClusterSettings
+
+NOW_MS = 1_800_000_000_000
+MINUTE_MS = 60_000
+SETTINGS = ClusterSettings(name="c1", bootstrap_servers=("localhost:9092",))
+
+
+def txn(
+    topic: str = "t",
+    partition: int = 0,
+    leader_id: int = 1,
+    producer_id: int = 7,
+    age_ms: int = 0,
+    start_offset: int = 0,
+) -> OpenTransaction:
+    return OpenTransaction(
+        topic=topic,
+        partition=partition,
+        leader_id=leader_id,
+        producer_id=producer_id,
+        producer_epoch=0,
+        coordinator_epoch=-1,
+        current_txn_start_offset=start_offset,
+        last_timestamp_ms=NOW_MS - age_ms,
+        start_time_ms=NOW_MS - age_ms,
+        start_time_source=StartTimeSource.BATCH_TIMESTAMP,
+    )
+
+
+def description(tid: str, *tps: TopicPartition) -> TransactionDescription:
+    return TransactionDescription(
+        transactional_id=tid,
+        state="Ongoing",
+        transaction_timeout_ms=60_000,
+        transaction_start_time_ms=NOW_MS - MINUTE_MS,
+        producer_id=7,
+        producer_epoch=0,
+        topic_partitions=frozenset(tps),
+    )
+
+
+def observation(
+    *txns: OpenTransaction,
+    brokers: tuple[BrokerStatus, ...] = (BrokerStatus(1, True, None, 900_000),),
+    **kwargs: object,
+) -> ClusterObservation:
+    leaders = {TopicPartition(t.topic, t.partition): t.leader_id for t in txns}
+    return ClusterObservation(
+        cluster="c1",
+        observed_at_ms=NOW_MS,
+        brokers=brokers,
+        leaders=leaders,
+        open_transactions=txns,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+# -- is_late ---------------------------------------------------------------------------------
+
+
+def test_is_late_is_strictly_greater_than_max_timeout_plus_buffer() -> None:
+    limit = 900_000 + 300_000
+    assert not is_late(txn(age_ms=limit), NOW_MS, 900_000, 300_000)
+    assert is_late(txn(age_ms=limit + 1), NOW_MS, 900_000, 300_000)
+
+
+@given(
+    age_ms=st.integers(min_value=0, max_value=10**10),
+    max_timeout_ms=st.integers(min_value=1, max_value=10**9),
+    buffer_ms=st.integers(min_value=0, max_value=10**9),
+)
+def test_is_late_matches_the_age_rule(age_ms: int, max_timeout_ms: int, buffer_ms: int) -> None:
+    assert is_late(txn(age_ms=age_ms), NOW_MS, max_timeout_ms, buffer_ms) == (
+        age_ms > max_timeout_ms + buffer_ms
+    )
+
+
+def test_effective_max_timeout_prefers_override_then_broker_then_kafka_default() -> None:
+    override = replace(SETTINGS, transaction_max_timeout_ms=1234)
+    assert effective_max_timeout_ms(override, 60_000) == 1234
+    assert effective_max_timeout_ms(SETTINGS, 60_000) == 60_000
+    assert effective_max_timeout_ms(SETTINGS, None) == DEFAULT_TRANSACTION_MAX_TIMEOUT_MS == 900_000
+
+
+# -- classify (find-hanging step 5) ------------------------------------------------------------
+
+
+def test_classify_hanging_when_producer_id_maps_to_no_transactional_id() -> None:
+    assert classify(txn(), {}, {}, True) is Classification.HANGING
+
+
+def test_classify_hanging_when_transactional_id_not_found() -> None:
+    assert classify(txn(), {7: "tx"}, {"tx": None}, True) is Classification.HANGING
+
+
+def test_classify_hanging_when_partition_not_in_description() -> None:
+    desc = description("tx", TopicPartition("other", 0), TopicPartition("t", 1))
+    assert classify(txn(), {7: "tx"}, {"tx": desc}, True) is Classification.HANGING
+
+
+def test_classify_coordinator_tracked_when_partition_in_description() -> None:
+    desc = description("tx", TopicPartition("t", 0))
+    assert classify(txn(), {7: "tx"}, {"tx": desc}, True) is Classification.COORDINATOR_TRACKED
+
+
+def test_classify_unknown_when_coordinator_view_incomplete() -> None:
+    assert classify(txn(), {}, {}, False) is Classification.UNKNOWN
+    desc = description("tx", TopicPartition("t", 0))
+    assert classify(txn(), {7: "tx"}, {"tx": desc}, False) is Classification.UNKNOWN
+
+
+def test_classify_unknown_when_description_could_not_be_obtained() -> None:
+    # The id maps, but DescribeTransactions gave no answer for it (absent, not None).
+    assert classify(txn(), {7: "tx"}, {}, True) is Classification.UNKNOWN
+
+
+# -- analyze -------------------------------------------------------------------------------------
+
+
+def test_no_transactions_gives_zero_cluster_max_and_zero_counts() -> None:
+    snap = analyze(observation(), SETTINGS)
+    assert snap.up
+    assert snap.cluster_max_active_transaction_duration_seconds == 0.0
+    assert snap.max_active_transaction_duration_seconds == {}
+    assert snap.late_transactions == ()
+    (broker,) = snap.brokers
+    assert (broker.broker_id, broker.up) == (1, True)
+    assert broker.partitions_with_open_transactions == 0
+    assert broker.partitions_with_late_transactions == 0
+    assert broker.partitions_with_hanging_transactions == 0
+
+
+def test_short_transactions_are_not_reported_below_min_duration_but_count_as_open() -> None:
+    snap = analyze(observation(txn(age_ms=5_000)), SETTINGS)
+    assert snap.max_active_transaction_duration_seconds == {}
+    assert snap.cluster_max_active_transaction_duration_seconds == 5.0
+    assert snap.brokers[0].partitions_with_open_transactions == 1
+    assert snap.late_transactions == ()
+
+
+@given(
+    older_ms=st.integers(min_value=MINUTE_MS, max_value=10**9),
+    younger_ms=st.integers(min_value=0, max_value=10**9),
+)
+def test_oldest_of_two_open_transactions_on_a_partition_wins(
+    older_ms: int, younger_ms: int
+) -> None:
+    a = txn(producer_id=1, age_ms=older_ms, start_offset=0)
+    b = txn(producer_id=2, age_ms=younger_ms, start_offset=5)
+    snap = analyze(observation(b, a), SETTINGS)
+    expected = max(older_ms, younger_ms) / 1000.0
+    assert snap.max_active_transaction_duration_seconds == {TopicPartition("t", 0): expected}
+    assert snap.cluster_max_active_transaction_duration_seconds == expected
+    assert snap.brokers[0].partitions_with_open_transactions == 1
+
+
+def test_late_hanging_transaction_has_every_label() -> None:
+    late = txn(age_ms=900_000 + 300_000 + 1, producer_id=3)
+    snap = analyze(
+        observation(
+            late, transactional_ids={3: "hang-1"}, descriptions={"hang-1": description("hang-1")}
+        ),
+        SETTINGS,
+    )
+    (lt,) = snap.late_transactions
+    assert lt.transaction == late
+    assert lt.classification is Classification.HANGING
+    assert lt.transactional_id == "hang-1"
+    assert lt.age_seconds == 1200.001
+    broker = snap.brokers[0]
+    assert broker.partitions_with_late_transactions == 1
+    assert broker.partitions_with_hanging_transactions == 1
+
+
+def test_late_coordinator_tracked_transaction_is_late_but_not_hanging() -> None:
+    late = txn(age_ms=30 * MINUTE_MS)
+    desc = description("tx", TopicPartition("t", 0))
+    snap = analyze(
+        observation(late, transactional_ids={7: "tx"}, descriptions={"tx": desc}), SETTINGS
+    )
+    (lt,) = snap.late_transactions
+    assert lt.classification is Classification.COORDINATOR_TRACKED
+    assert snap.brokers[0].partitions_with_late_transactions == 1
+    assert snap.brokers[0].partitions_with_hanging_transactions == 0
+
+
+def test_late_uses_each_leaders_own_max_timeout() -> None:
+    brokers = (BrokerStatus(1, True, None, 60_000), BrokerStatus(2, True, None, 900_000))
+    on_short = txn(topic="a", leader_id=1, age_ms=7 * MINUTE_MS)  # > 1 + 5 min
+    on_long = txn(topic="b", leader_id=2, age_ms=7 * MINUTE_MS)  # < 15 + 5 min
+    snap = analyze(observation(on_short, on_long, brokers=brokers), SETTINGS)
+    assert [lt.transaction.topic for lt in snap.late_transactions] == ["a"]
+
+
+def test_override_replaces_broker_max_timeout() -> None:
+    settings = replace(SETTINGS, transaction_max_timeout_ms=1_000, late_buffer_seconds=0)
+    snap = analyze(observation(txn(age_ms=2_000)), settings)
+    assert len(snap.late_transactions) == 1
+
+
+def test_unknown_broker_max_timeout_falls_back_to_kafka_default() -> None:
+    brokers = (BrokerStatus(1, True, None, None),)
+    not_late = txn(age_ms=20 * MINUTE_MS)  # = 15 + 5 min exactly: not late
+    late = txn(partition=1, age_ms=20 * MINUTE_MS + 1)
+    snap = analyze(observation(not_late, late, brokers=brokers), SETTINGS)
+    assert [lt.transaction.partition for lt in snap.late_transactions] == [1]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=1, max_value=3),  # leader
+            st.integers(min_value=0, max_value=4),  # partition
+            st.integers(min_value=0, max_value=3 * 3600_000),  # age
+        ),
+        max_size=20,
+    ),
+    st.sets(st.integers(min_value=1, max_value=3)),
+)
+def test_counts_never_include_down_brokers(
+    txns: list[tuple[int, int, int]], down: set[int]
+) -> None:
+    # Each partition is led by one broker: the topic name carries the leader.
+    opens = tuple(
+        txn(topic=f"t{leader}", partition=p, leader_id=leader, age_ms=age, producer_id=i)
+        for i, (leader, p, age) in enumerate(txns)
+    )
+    brokers = tuple(
+        BrokerStatus(b, b not in down, "down" if b in down else None, 900_000) for b in (1, 2, 3)
+    )
+    snap = analyze(observation(*opens, brokers=brokers), SETTINGS)
+    assert snap.up == (len(down) < 3)
+    for summary in snap.brokers:
+        partitions = {(t.topic, t.partition) for t in opens if t.leader_id == summary.broker_id}
+        if summary.broker_id in down:
+            assert not summary.up
+            assert summary.partitions_with_open_transactions == 0
+            assert summary.partitions_with_late_transactions == 0
+            assert summary.partitions_with_hanging_transactions == 0
+        else:
+            assert summary.up
+            assert summary.partitions_with_open_transactions == len(partitions)
+            assert (
+                summary.partitions_with_hanging_transactions
+                <= summary.partitions_with_late_transactions
+                <= summary.partitions_with_open_transactions
+            )
+
+
+def test_unobserved_lag_states_and_errors_pass_through() -> None:
+    tp = TopicPartition("t", 0)
+    obs = observation(
+        unobserved={TopicPartition("x", 0): "TOPIC_AUTHORIZATION_FAILED"},
+        transaction_states={"Ongoing": 2, "Empty": 1},
+        last_stable_offset_lag={tp: 4},
+        poll_duration_seconds=0.25,
+    )
+    snap = analyze(obs, SETTINGS)
+    assert snap.unobserved_partitions == 1
+    assert snap.transaction_states == {"Ongoing": 2, "Empty": 1}
+    assert snap.last_stable_offset_lag == {tp: 4}
+    assert snap.poll_duration_seconds == 0.25
+
+
+def test_no_broker_up_means_cluster_down() -> None:
+    snap = analyze(observation(brokers=()), SETTINGS)
+    assert not snap.up
