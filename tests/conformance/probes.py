@@ -1,0 +1,150 @@
+"""Small read-only requests used by the relation tests (one raw connection each)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    ListTransactionsRequest,
+)
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+
+from exporter.sim.workload import RawKafkaClient
+
+from .harness import decode_record_batches
+
+T = TypeVar("T")
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+def client_for(cluster: Any, node_id: int = 1) -> RawKafkaClient:
+    host, port = cluster.endpoints[node_id]
+    return RawKafkaClient(host, port)
+
+
+def describe_producers(cluster: Any, topic: str, partition: int) -> Any:
+    """DescribeProducers v0 for one partition -> its PartitionResponse."""
+    req = DescribeProducersRequest[0](
+        topics=[DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[partition])]
+    )
+    with client_for(cluster) as client:
+        resp = client.request(req)
+    return resp.topics[0].partitions[0]
+
+
+def producer(cluster: Any, topic: str, partition: int, producer_id: int) -> Any:
+    part = describe_producers(cluster, topic, partition)
+    assert part.error_code == 0, part
+    found = [p for p in part.active_producers if p.producer_id == producer_id]
+    assert found, f"producer {producer_id} not active on {topic}-{partition}: {part}"
+    return found[0]
+
+
+def describe_transaction(cluster: Any, transactional_id: str) -> Any:
+    with client_for(cluster) as client:
+        resp = client.request(DescribeTransactionsRequest[0](transactional_ids=[transactional_id]))
+    return resp.transaction_states[0]
+
+
+def list_transactions(
+    cluster: Any, states: Sequence[str] = (), producer_ids: Sequence[int] = ()
+) -> list[tuple[str, int, str]]:
+    req = ListTransactionsRequest[1](
+        state_filters=list(states), producer_id_filters=list(producer_ids), duration_filter=-1
+    )
+    with client_for(cluster) as client:
+        resp = client.request(req)
+    assert resp.error_code == 0, resp
+    return [
+        (t.transactional_id, t.producer_id, t.transaction_state) for t in resp.transaction_states
+    ]
+
+
+def latest_offset(cluster: Any, topic: str, partition: int, isolation_level: int) -> int:
+    part_cls = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    req = ListOffsetsRequest[10](
+        replica_id=-1,
+        isolation_level=isolation_level,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    part_cls(partition_index=partition, current_leader_epoch=-1, timestamp=-1)
+                ],
+            )
+        ],
+        timeout_ms=30000,
+    )
+    with client_for(cluster) as client:
+        resp = client.request(req)
+    part = resp.topics[0].partitions[0]
+    assert part.error_code == 0, part
+    return int(part.offset)
+
+
+def topic_id(cluster: Any, topic: str) -> uuid.UUID:
+    req = MetadataRequest[12](
+        topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
+    )
+    with client_for(cluster) as client:
+        resp = client.request(req)
+    return uuid.UUID(str(resp.topics[0].topic_id))
+
+
+def fetch_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, Any]]:
+    """Every record batch of the partition (READ_UNCOMMITTED), decoded."""
+    part_cls = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest[17](
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=READ_UNCOMMITTED,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic_id=topic_id(cluster, topic),
+                partitions=[
+                    part_cls(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    with client_for(cluster) as client:
+        resp = client.request(req)
+    part = resp.responses[0].partitions[0]
+    assert part.error_code == 0, part
+    return decode_record_batches(bytes(part.records or b""))
+
+
+def control_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, Any]]:
+    return [b for b in fetch_batches(cluster, topic, partition) if b["is_control"]]
+
+
+def wait_until(probe: Callable[[], T], accept: Callable[[T], bool], timeout_s: float = 5.0) -> T:
+    """Poll until `accept(probe())` (the simulator's sweep runs on real-time ticks)."""
+    deadline = time.monotonic() + timeout_s
+    value = probe()
+    while not accept(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = probe()
+    return value

@@ -1,0 +1,75 @@
+"""exporter.sim.workload: the churn the demo runs, and the raw client's framing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.protocol.admin.transactions import ListTransactionsRequest
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+
+from exporter.sim.workload import RawKafkaClient, Workload, parse_bootstrap
+
+BROKER_CONFIG = {
+    "transaction.max.timeout.ms": "60000",
+    "transaction.partition.verification.enable": "false",
+}
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    from exporter.sim.cluster import SimCluster
+
+    with SimCluster(brokers=1, node_ids=[1], topics={"w": 2}, broker_config=BROKER_CONFIG) as sim:
+        yield sim
+
+
+def test_parse_bootstrap() -> None:
+    assert parse_bootstrap("a:1, b:2") == [("a", 1), ("b", 2)]
+    assert parse_bootstrap(["[::1]:9092"]) == [("::1", 9092)]
+    with pytest.raises(ValueError):
+        parse_bootstrap(" , ")
+
+
+def test_raw_client_round_trip(cluster: Any) -> None:
+    host, port = cluster.endpoints[1]
+    with RawKafkaClient(host, port) as client:
+        resp = client.request(
+            ApiVersionsRequest[3](client_software_name="t", client_software_version="1")
+        )
+        assert resp.error_code == 0
+        assert {k.api_key for k in resp.api_keys} >= {61, 65, 66}
+        again = client.request(ApiVersionsRequest[0]())
+        assert again.header.correlation_id == resp.header.correlation_id + 1
+
+
+def test_workload_churns_committed_aborted_and_long_running_transactions(cluster: Any) -> None:
+    workload = Workload(
+        cluster.bootstrap_servers,
+        "w",
+        [0, 1],
+        transactions_per_second=200,
+        abort_ratio=0.3,
+        long_running_ratio=0.3,
+        long_running_ms=60000,
+        max_open_long_running=2,
+        seed=7,
+        now_ms=cluster.clock.now_ms,
+    )
+    with workload:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (
+            workload.stats.committed and workload.stats.aborted and workload.open_transactions == 2
+        ):
+            time.sleep(0.02)
+        host, port = cluster.endpoints[1]
+        with RawKafkaClient(host, port) as client:
+            listed = client.request(ListTransactionsRequest[1](duration_filter=-1))
+        states = {t.transactional_id: t.transaction_state for t in listed.transaction_states}
+    assert workload.stats.errors == 0, workload.stats.last_error
+    assert workload.stats.committed > 0 and workload.stats.aborted > 0
+    assert sorted(s for tid, s in states.items() if "-long-" in tid) == ["Ongoing", "Ongoing"]
+    assert "CompleteCommit" in states.values() and "CompleteAbort" in states.values()
+    assert workload.open_transactions == 0  # stop() ended the long-running ones
