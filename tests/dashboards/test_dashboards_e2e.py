@@ -1,0 +1,400 @@
+"""End to end: simulated cluster -> exporter -> Prometheus -> Alertmanager -> webhook.
+
+One stack per module (it takes a few seconds to start): a 3-broker `SimCluster`, the exporter's
+own `serve()` polling it every second, the Debian `prometheus` binary scraping it every second
+and evaluating the generated alert rules, the Debian `alertmanager` binary, and a webhook
+receiver in this process. Everything listens on 127.0.0.1 port 0.
+
+A hanging transaction is made through the wire protocol exactly like the real-broker capture's
+hang-1 (`workload.hanging_transaction`: a transactional Produce to a partition never added with
+AddPartitionsToTxn, so the coordinator keeps the id Empty). With
+transaction.max.timeout.ms = 2000 and late_buffer_seconds = 1, it is late 3 s after its
+record's CreateTime (the broker's late rule: now - T > transaction.max.timeout.ms + buffer,
+reference/kafka-transactions.md).
+
+The rules are the generated ones with `for:` shortened to 1 s (`--late-for 1s --hanging-for
+1s`): the measured page latency is the pipeline's own (poll + scrape + evaluation + delivery);
+in production add the configured `for:` (5m late, 1m hanging).
+
+There is no `kafka-txn-exporter abort` command yet, so the abort step does what
+`kafka-transactions.sh abort` does: DescribeProducers on the leader, pick the producer whose
+CurrentTxnStartOffset is the start offset, WriteTxnMarkers(ABORT) with its id, epoch and
+coordinator epoch (0 when absent).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.admin.transactions import DescribeProducersRequest
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
+
+from exporter.cli import serve
+from exporter.expose.http import MetricsServer
+from exporter.settings import ClusterSettings, ExporterSettings, WebSettings
+from exporter.sim.cluster import SimCluster
+from exporter.sim.workload import RawKafkaClient, hanging_transaction, parse_bootstrap
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARDS = [
+    REPO / "dashboards" / "kafka-transactions-overview.json",
+    REPO / "dashboards" / "kafka-txn-exporter-health.json",
+]
+
+CLUSTER = "e2e"
+TOPIC = "payments"
+PARTITION = 0
+TRANSACTIONAL_ID = "e2e-hanging-1"
+TRANSACTION_MAX_TIMEOUT_MS = 2000
+LATE_BUFFER_SECONDS = 1.0
+POLL_INTERVAL_SECONDS = 1.0
+DESCRIBE_PRODUCERS = 61
+RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval becomes at a 1 s scrape interval
+WAIT_SECONDS = 60.0
+REPLICAS = 2
+
+
+@dataclass
+class Stack:
+    sim: SimCluster
+    prometheus: Prometheus
+    alertmanager: Alertmanager
+    webhook: WebhookReceiver
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    late_at: float
+    """time.time() at which the hanging transaction became late."""
+
+
+def _generate_rules(out_dir: Path) -> Path:
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "dashboards.generate", "--out-dir", str(out_dir),
+            "--late-for", "1s", "--hanging-for", "1s",
+            "--poll-interval-seconds", str(POLL_INTERVAL_SECONDS),
+        ],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return out_dir / "alerts" / "rules.yaml"
+
+
+def _start_exporter(bootstrap: str) -> tuple[threading.Event, threading.Thread, int]:
+    settings = ExporterSettings(
+        clusters=(
+            ClusterSettings(
+                name=CLUSTER,
+                bootstrap_servers=tuple(bootstrap.split(",")),
+                poll_interval_seconds=POLL_INTERVAL_SECONDS,
+                request_timeout_seconds=2.0,
+                late_buffer_seconds=LATE_BUFFER_SECONDS,
+                min_reported_duration_seconds=0.0,
+            ),
+        ),
+        web=WebSettings(listen_address="127.0.0.1", port=0),
+    )
+    stop = threading.Event()
+    started: list[MetricsServer] = []
+    ready = threading.Event()
+
+    def on_started(server: MetricsServer) -> None:
+        started.append(server)
+        ready.set()
+
+    thread = threading.Thread(
+        target=serve, args=(settings,), kwargs={"stop": stop, "on_started": on_started},
+        name="exporter-serve", daemon=True,
+    )  # fmt: skip
+    thread.start()
+    assert ready.wait(20), "exporter did not start"
+    return stop, thread, started[0].port
+
+
+def _wait(what: str, check: Any, timeout_seconds: float = WAIT_SECONDS) -> Any:
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _alert_notification(
+    webhook: WebhookReceiver, alertname: str, status: str, timeout_seconds: float = WAIT_SECONDS
+) -> Notification:
+    def match(n: Notification) -> bool:
+        return n.status == status and any(
+            a["labels"].get("alertname") == alertname and a["status"] == status for a in n.alerts
+        )
+
+    notification = webhook.wait_for(match, timeout_seconds)
+    assert notification is not None, (
+        f"no {status} {alertname} notification; got "
+        f"{[(n.status, [a['labels'] for a in n.alerts]) for n in webhook.notifications]}"
+    )
+    return notification
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("e2e")
+    rules = _generate_rules(work / "generated")
+    sim = SimCluster(
+        brokers=3,
+        topics={TOPIC: 3, "orders": 3},
+        broker_config={
+            "transaction.max.timeout.ms": str(TRANSACTION_MAX_TIMEOUT_MS),
+            # Like the real-broker capture: lets hang-1's un-added Produce through (KIP-890).
+            "transaction.partition.verification.enable": "false",
+        },
+    ).start()
+    exporters: list[tuple[threading.Event, threading.Thread, int]] = []
+    webhook = alertmanager = prometheus = None
+    try:
+        # Two replicas polling the same cluster, as a highly available deployment runs them:
+        # the rules must page once and count each late partition once.
+        for _ in range(REPLICAS):
+            exporters.append(_start_exporter(sim.bootstrap_servers))
+        webhook = WebhookReceiver()
+        alertmanager = Alertmanager(work / "alertmanager", webhook.url)
+        prometheus = Prometheus(
+            work / "prometheus",
+            targets=[f"127.0.0.1:{port}" for _, _, port in exporters],
+            rule_files=[rules],
+            alertmanager=alertmanager.address,
+        )
+        prom = prometheus
+        _wait(
+            "Prometheus to scrape a successful poll",
+            lambda: (
+                len(prom.query(f'kafka_txn_exporter_up{{cluster="{CLUSTER}"}} == 1')) == REPLICAS
+            ),
+        )
+        # One spoiled DescribeProducers answer, so the request-error panel has a series. Wait
+        # for the exporter to meet it, or this test's own DescribeProducers could get it.
+        sim.fail_next_responses("malformed", api_key=DESCRIBE_PRODUCERS, count=1)
+        _wait(
+            "the exporter to count a request error",
+            lambda: prom.query(f'kafka_txn_exporter_request_errors_total{{cluster="{CLUSTER}"}}'),
+        )
+
+        producer_id, producer_epoch, start_offset = hanging_transaction(
+            sim.bootstrap_servers, TRANSACTIONAL_ID, TOPIC, PARTITION,
+            transaction_timeout_ms=TRANSACTION_MAX_TIMEOUT_MS,
+        )  # fmt: skip
+        record_time_ms = _record_create_time_ms(sim, producer_id)
+        late_at = (record_time_ms + TRANSACTION_MAX_TIMEOUT_MS) / 1000 + LATE_BUFFER_SECONDS
+        yield Stack(
+            sim=sim,
+            prometheus=prometheus,
+            alertmanager=alertmanager,
+            webhook=webhook,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            start_offset=start_offset,
+            late_at=late_at,
+        )
+    finally:
+        for thing in (prometheus, alertmanager, webhook):
+            if thing is not None:
+                thing.stop()
+        for stop_exporter, _, _ in exporters:
+            stop_exporter.set()
+        for _, exporter_thread, _ in exporters:
+            exporter_thread.join(timeout=10)
+        sim.close()
+
+
+def _leader_client(sim: SimCluster) -> RawKafkaClient:
+    host, port = parse_bootstrap(sim.bootstrap_servers)[0]
+    with RawKafkaClient(host, port) as any_broker:
+        metadata = any_broker.request(
+            MetadataRequest[8](
+                topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)],
+                allow_auto_topic_creation=False,
+            )
+        )
+    nodes = {b.node_id: (b.host, b.port) for b in metadata.brokers}
+    (topic,) = metadata.topics
+    leader = next(p.leader_id for p in topic.partitions if p.partition_index == PARTITION)
+    return RawKafkaClient(*nodes[leader])
+
+
+def _describe_producers(sim: SimCluster) -> list[Any]:
+    with _leader_client(sim) as leader:
+        response = leader.request(
+            DescribeProducersRequest[0](
+                topics=[
+                    DescribeProducersRequest.TopicRequest(name=TOPIC, partition_indexes=[PARTITION])
+                ]
+            )
+        )
+    (partition,) = response.topics[0].partitions
+    assert partition.error_code == 0, partition
+    return list(partition.active_producers)
+
+
+def _record_create_time_ms(sim: SimCluster, producer_id: int) -> int:
+    """DescribeProducers LastTimestamp = the hanging batch's max CreateTime (capture file 27)."""
+    (producer,) = [p for p in _describe_producers(sim) if p.producer_id == producer_id]
+    assert producer.current_txn_start_offset >= 0, "the transaction must be open"
+    return int(producer.last_timestamp)
+
+
+def _abort_like_kafka_transactions_sh(sim: SimCluster, start_offset: int) -> None:
+    """kafka-transactions.sh abort --topic --partition --start-offset, step by step."""
+    producers = [p for p in _describe_producers(sim) if p.current_txn_start_offset == start_offset]
+    assert len(producers) == 1, producers
+    producer = producers[0]
+    with _leader_client(sim) as leader:
+        response = leader.request(
+            WriteTxnMarkersRequest[1](
+                markers=[
+                    WriteTxnMarkersRequest.WritableTxnMarker(
+                        producer_id=producer.producer_id,
+                        producer_epoch=producer.producer_epoch,
+                        transaction_result=False,  # ABORT
+                        topics=[
+                            WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic(
+                                name=TOPIC, partition_indexes=[PARTITION]
+                            )
+                        ],
+                        coordinator_epoch=max(producer.coordinator_epoch, 0),
+                    )
+                ]
+            )
+        )
+    errors = [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
+    assert errors == [0], response
+
+
+def _dashboard_targets() -> list[tuple[str, str, dict[str, Any]]]:
+    targets = []
+    for path in DASHBOARDS:
+        board = json.loads(path.read_text(encoding="utf-8"))
+        for panel in board["panels"]:
+            for target in panel.get("targets", []):
+                targets.append((path.name, panel["title"], target))
+    return targets
+
+
+def _substitute(expr: str) -> str:
+    return expr.replace("$cluster", CLUSTER).replace("$__rate_interval", RATE_INTERVAL)
+
+
+def test_every_dashboard_query_returns_data_from_a_real_prometheus(stack: Stack) -> None:
+    prom = stack.prometheus
+    # The table and the hanging panels need the transaction to be late first.
+    _wait(
+        "the hanging transaction to be scraped",
+        lambda: prom.query(
+            f'kafka_late_transaction_age_seconds{{cluster="{CLUSTER}",classification="hanging"}}'
+        ),
+    )
+    targets = _dashboard_targets()
+    assert len(targets) >= 15
+
+    def empty_queries() -> list[str]:
+        now = time.time()
+        empty = []
+        for board, title, target in targets:
+            expr = _substitute(target["expr"])
+            if target.get("instant"):
+                result = prom.query(expr)
+            else:
+                result = prom.query_range(expr, now - 5, now)
+            if not result:
+                empty.append(f"{board} / {title}: {expr}")
+        return empty
+
+    deadline = time.monotonic() + 30
+    empty = empty_queries()
+    while empty and time.monotonic() < deadline:
+        time.sleep(1)
+        empty = empty_queries()
+    assert empty == [], "dashboard queries without data:\n" + "\n".join(empty)
+    # The late transactions table shows the one transaction, once, with what abort needs.
+    (table,) = [t for _, title, t in targets if title == "Late transactions"]
+    (row,) = prom.query(_substitute(table["expr"]))
+    assert row["metric"] == {
+        "cluster": CLUSTER,
+        "topic": TOPIC,
+        "partition": str(PARTITION),
+        "producer_id": str(stack.producer_id),
+        "producer_epoch": str(stack.producer_epoch),
+        "coordinator_epoch": "-1",
+        "start_offset": str(stack.start_offset),
+        "transactional_id": TRANSACTIONAL_ID,
+        "classification": "hanging",
+    }
+    assert CLUSTER in prom.label_values("cluster", "kafka_txn_exporter_up")
+
+
+def test_hanging_transaction_pages_with_its_labels_and_resolves_after_abort(
+    stack: Stack,
+) -> None:
+    hanging = _alert_notification(stack.webhook, "KafkaHangingTransaction", "firing")
+    late = _alert_notification(stack.webhook, "KafkaLateTransactions", "firing")
+    # One alert for the transaction although both replicas report it.
+    (alert,) = hanging.alerts
+    assert alert["labels"] == {
+        "alertname": "KafkaHangingTransaction",
+        "severity": "page",
+        "cluster": CLUSTER,
+        "topic": TOPIC,
+        "partition": str(PARTITION),
+        "producer_id": str(stack.producer_id),
+        "producer_epoch": str(stack.producer_epoch),
+        "coordinator_epoch": "-1",  # no marker was ever written (capture file 27)
+        "start_offset": str(stack.start_offset),
+        "transactional_id": TRANSACTIONAL_ID,
+    }
+    assert alert["annotations"]["runbook_url"].endswith("docs/runbook.md#kafkahangingtransaction")
+    assert f"--start-offset {stack.start_offset}" in alert["annotations"]["description"]
+    (late_alert,) = late.alerts
+    assert late_alert["labels"] == {
+        "alertname": "KafkaLateTransactions",
+        "severity": "page",
+        "cluster": CLUSTER,
+    }
+    # Counted once, not once per replica (max across replicas, not sum).
+    assert late_alert["annotations"]["summary"].startswith(
+        f"1 partition(s) of Kafka cluster {CLUSTER}"
+    )
+    hanging_latency = hanging.received_at - stack.late_at
+    late_latency = late.received_at - stack.late_at
+    print(
+        f"\nPAGE LATENCY (transaction late -> webhook, rules with for: 1s, poll 1 s, scrape 1 s,"
+        f" evaluation 1 s): KafkaHangingTransaction {hanging_latency:.1f} s, "
+        f"KafkaLateTransactions {late_latency:.1f} s"
+    )
+    assert 0 < hanging_latency < 30
+    assert 0 < late_latency < 30
+
+    aborted_at = time.time()
+    _abort_like_kafka_transactions_sh(stack.sim, stack.start_offset)
+    assert all(p.current_txn_start_offset == -1 for p in _describe_producers(stack.sim))
+    resolved = _alert_notification(stack.webhook, "KafkaHangingTransaction", "resolved")
+    (resolved_alert,) = [
+        a for a in resolved.alerts if a["labels"]["alertname"] == "KafkaHangingTransaction"
+    ]
+    assert resolved_alert["labels"] == alert["labels"]
+    _alert_notification(stack.webhook, "KafkaLateTransactions", "resolved")
+    resolve_latency = resolved.received_at - aborted_at
+    print(f"RESOLVE LATENCY (abort -> resolved notification): {resolve_latency:.1f} s")
