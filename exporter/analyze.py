@@ -62,14 +62,14 @@ def classify(
     Hanging when the producer id maps to no transactional id, or the id has no description
     (TRANSACTIONAL_ID_NOT_FOUND, stored as None), or the partition is not among the
     description's topic partitions; otherwise the coordinator still tracks it.
-    Unknown when the coordinator view is incomplete, or when the id maps but its description
-    could not be obtained (absent from `descriptions`: not a "no", just no answer).
+    Unknown where the answer is missing rather than "no": an unmapped producer while some
+    coordinator's listing is missing (`coordinator_view_complete` False: its id may live
+    there), or a mapped id whose description could not be obtained (absent from
+    `descriptions`).
     """
-    if not coordinator_view_complete:
-        return Classification.UNKNOWN
     transactional_id = transactional_ids.get(open_txn.producer_id)
     if transactional_id is None:
-        return Classification.HANGING
+        return Classification.HANGING if coordinator_view_complete else Classification.UNKNOWN
     if transactional_id not in descriptions:
         return Classification.UNKNOWN
     description = descriptions[transactional_id]

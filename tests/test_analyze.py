@@ -132,10 +132,15 @@ def test_classify_coordinator_tracked_when_partition_in_description() -> None:
     assert classify(txn(), {7: "tx"}, {"tx": desc}, True) is Classification.COORDINATOR_TRACKED
 
 
-def test_classify_unknown_when_coordinator_view_incomplete() -> None:
+def test_classify_unmapped_producer_unknown_when_a_listing_is_missing() -> None:
     assert classify(txn(), {}, {}, False) is Classification.UNKNOWN
-    desc = description("tx", TopicPartition("t", 0))
-    assert classify(txn(), {7: "tx"}, {"tx": desc}, False) is Classification.UNKNOWN
+
+
+def test_classify_mapped_producer_still_classified_when_another_listing_is_missing() -> None:
+    """One coordinator down must not hide what the others answered."""
+    tracked = description("tx", TopicPartition("t", 0))
+    assert classify(txn(), {7: "tx"}, {"tx": tracked}, False) is Classification.COORDINATOR_TRACKED
+    assert classify(txn(), {7: "tx"}, {"tx": None}, False) is Classification.HANGING
 
 
 def test_classify_unknown_when_description_could_not_be_obtained() -> None:

@@ -171,7 +171,7 @@ class ClusterPoller:
             )
         state.unobserved.update(meta.leaderless)
 
-        listing, _, _ = await asyncio.gather(
+        listed, _, _ = await asyncio.gather(
             self._list_transactions(meta, state),
             self._describe_producers(meta, state),
             self._refresh_max_timeouts(meta, state),
@@ -180,7 +180,7 @@ class ClusterPoller:
             self._resolve_start_times(meta, state),
             self._last_stable_offset_lag(state),
         )
-        coordinator_view = await self._coordinator_view(listing, open_txns, meta, state)
+        coordinator_view = await self._coordinator_view(listed, open_txns, meta, state)
         self._evict_closed(state, meta)
 
         brokers = self._broker_statuses(meta)
@@ -424,17 +424,16 @@ class ClusterPoller:
 
     async def _list_transactions(
         self, meta: MetadataView, state: _PollState
-    ) -> list[tuple[str, int, str]] | None:
-        """Every broker's ListTransactions (each coordinates a slice); None if any failed."""
+    ) -> tuple[list[tuple[str, int, str]], bool]:
+        """Every broker's ListTransactions (each coordinates a slice) and whether all answered."""
         results = await asyncio.gather(
             *(self._list_transactions_at(b, state) for b in sorted(meta.brokers))
         )
         listing: list[tuple[str, int, str]] = []
         for result in results:
-            if result is None:
-                return None
-            listing.extend(result)
-        return listing
+            if result is not None:
+                listing.extend(result)
+        return listing, all(result is not None for result in results)
 
     async def _list_transactions_at(
         self, broker_id: int, state: _PollState
@@ -458,21 +457,20 @@ class ClusterPoller:
 
     async def _coordinator_view(
         self,
-        listing: list[tuple[str, int, str]] | None,
+        listed: tuple[list[tuple[str, int, str]], bool],
         open_txns: list[OpenTransaction],
         meta: MetadataView,
         state: _PollState,
     ) -> _CoordinatorView:
         view = _CoordinatorView()
-        if listing is None:
-            view.complete = False
-            return view
+        listing, view.complete = listed
         states: dict[str, int] = {}
         ids_by_producer: dict[int, str] = {}
         for transactional_id, producer_id, txn_state in listing:
             states[txn_state] = states.get(txn_state, 0) + 1
             ids_by_producer[producer_id] = transactional_id
-        view.states = states
+        # A partial count would read as transactions that ended: no count unless all answered.
+        view.states = states if view.complete else None
 
         late_buffer_ms = round(self.settings.late_buffer_seconds * 1000)
         late_producers = {

@@ -225,6 +225,17 @@ def test_broker_down_its_partitions_unobserved_rest_intact(make_env: MakeEnv) ->
     assert obs.coordinator_view_complete is False  # broker 2's ListTransactions slice is missing
     snap = analyze(obs, env.settings)
     assert snap.unobserved_partitions == 1
+    # hang-1's coordinator (broker 1) answered: one broker down does not blur its verdict.
+    assert snap.late_transactions[0].classification is Classification.HANGING
+
+
+def test_broker_down_unmapped_producer_is_unknown_not_hanging(make_env: MakeEnv) -> None:
+    """The producer's id may live in the missing listing: no false "hanging"."""
+    fake = three_brokers()
+    hanging_on_t0(fake, age_ms=30 * MINUTE_MS, coordinator=2)
+    env = make_env(fake)
+    env.sim.stop_broker(2)
+    snap = analyze(env.poll(), env.settings)
     assert snap.late_transactions[0].classification is Classification.UNKNOWN
 
 
@@ -311,8 +322,8 @@ def test_transactional_id_not_found_is_hanging(make_env: MakeEnv) -> None:
 
 def test_list_transactions_failure_makes_classification_unknown(make_env: MakeEnv) -> None:
     fake = three_brokers()
-    hanging_on_t0(fake, age_ms=30 * MINUTE_MS)
-    fake.errors[(66, 3)] = [15, 15]  # COORDINATOR_NOT_AVAILABLE
+    hanging_on_t0(fake, age_ms=30 * MINUTE_MS, coordinator=2)
+    fake.errors[(66, 2)] = [15, 15]  # COORDINATOR_NOT_AVAILABLE at hang-1's coordinator
     env = make_env(fake)
     obs = env.poll()
     assert not obs.coordinator_view_complete
