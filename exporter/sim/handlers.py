@@ -1,0 +1,808 @@
+"""One function per Kafka API: a decoded kafka-python request in, a response message out.
+
+Each handler answers as the broker `ctx.broker_id`. Field values follow the real Kafka 4.0
+captures in /work/shared/reference/real-kafka-4.0 (file numbers cited inline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kafka.protocol.admin.configs import DescribeConfigsResponse
+from kafka.protocol.admin.transactions import (
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
+)
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsResponse
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
+from kafka.protocol.metadata.metadata import MetadataResponse
+from kafka.protocol.producer.produce import ProduceResponse
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    InitProducerIdResponse,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersResponse,
+)
+
+from exporter.sim.api import RequestContext
+from exporter.sim.coordinator import (
+    CONSUMER_OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    partition_for,
+)
+from exporter.sim.jvm_order import (
+    java_fields_hash,
+    java_list_hash,
+    java_string_hash,
+    scala_immutable_set_order,
+    scala_mutable_hash_order,
+)
+from exporter.sim.log import crc_ok, split_batches
+from exporter.sim.state import ClusterState, Partition, Topic
+
+# Errors (org.apache.kafka.common.protocol.Errors)
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_AUTHORIZATION_FAILED = 29
+INVALID_TIMESTAMP = 32
+INVALID_REQUEST = 42
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+OPERATION_NOT_ATTEMPTED = 55
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+INVALID_RECORD = 87
+PRODUCER_FENCED = 90
+UNKNOWN_TOPIC_ID = 100
+
+# Errors.message() texts, where a response carries them.
+ERROR_MESSAGES: dict[int, str] = {
+    UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    NOT_LEADER_OR_FOLLOWER: (
+        "For requests intended only for the leader, this error indicates that the broker is "
+        "not the current leader. For requests intended for any replica, this error indicates "
+        "that the broker is not a replica of the topic partition."
+    ),
+    COORDINATOR_LOAD_IN_PROGRESS: "The coordinator is loading and hence can't process requests.",
+    COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    NOT_COORDINATOR: "This is not the correct coordinator.",
+}
+
+# authorized_operations not requested: None encodes as -2147483648 on the wire (04).
+UNAUTHORIZED_OPERATIONS = None
+
+Handler = Callable[[ClusterState, RequestContext, Any], Any]
+
+
+def _leads(p: Partition, broker_id: int) -> bool:
+    return p.leader_id == broker_id
+
+
+# -- Metadata (3) ---------------------------------------------------------------------------
+def _metadata_topic(state: ClusterState, t: Topic) -> Any:
+    Topic_ = MetadataResponse.MetadataResponseTopic
+    Part = Topic_.MetadataResponsePartition
+    cached = t.metadata_cache
+    if cached is not None and cached[0] == state.metadata_version:
+        rows = cached[1]
+    else:
+        rows = _metadata_partition_rows(state, t)
+        t.metadata_cache = (state.metadata_version, rows)
+    parts = [Part(error_code=r[0], partition_index=r[1], leader_id=r[2], leader_epoch=r[3],
+                  replica_nodes=r[4], isr_nodes=r[5], offline_replicas=r[6]) for r in rows]
+    return Topic_(error_code=NONE, name=t.name, topic_id=t.topic_id, is_internal=t.is_internal,
+                  partitions=parts, authorized_operations=UNAUTHORIZED_OPERATIONS)
+
+
+def _metadata_partition_rows(state: ClusterState, t: Topic) -> list[Any]:
+    alive = state.alive
+    rows = []
+    for p in t.partitions:
+        leader = p.leader_id if p.leader_id in alive else -1
+        error = NONE if leader != -1 else LEADER_NOT_AVAILABLE
+        offline = tuple(r for r in p.replicas if r not in alive) if len(alive) < len(
+            state.node_ids) else ()
+        rows.append((error, p.index, leader, p.leader_epoch, p.replicas, p.isr, offline))
+    # Kafka maps the partitions into a Scala mutable.HashSet of MetadataResponsePartition, so
+    # they come out in that set's hash order (capture 04: 1, 2, 0).
+    return scala_mutable_hash_order(rows, lambda r: java_fields_hash(
+        (r[0], r[1], r[2], r[3], java_list_hash(r[4]), java_list_hash(r[5]),
+         java_list_hash(r[6]))))
+
+
+def _metadata_error_topic(name: str | None, error: int, is_internal: bool = False) -> Any:
+    # Unknown / unauthorised topic: the all-zero topic id (None in kafka-python), no partitions.
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=error, name=name, topic_id=None, is_internal=is_internal, partitions=[],
+        authorized_operations=UNAUTHORIZED_OPERATIONS)
+
+
+def handle_metadata(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    principal = ctx.principal
+    topics_out = []
+    requested = req.topics
+    if requested is None or (v == 0 and not requested):
+        for each in state.topics.values():
+            if state.authorized(principal, "DESCRIBE", each.name):
+                topics_out.append(_metadata_topic(state, each))
+    else:
+        allow_auto = bool(req.allow_auto_topic_creation) if v >= 4 else True
+        names: list[str] = []
+        by_id_errors = []
+        for rt in requested:
+            if rt.name is None and getattr(rt, "topic_id", None) is not None:
+                found = state.topics_by_id.get(rt.topic_id)
+                if found is None:
+                    by_id_errors.append(_metadata_error_topic(None, UNKNOWN_TOPIC_ID))
+                else:
+                    names.append(found.name)
+            else:
+                names.append(rt.name)
+        # The names become a Scala immutable Set: request order up to 4 topics, else hash order.
+        # Answers: existing topics, then missing ones, then unauthorised ones (KafkaApis).
+        existing, missing, unauthorized = [], [], []
+        for name in scala_immutable_set_order(names, java_string_hash):
+            injected = state.injected_error(3, ctx.broker_id, topic=name)
+            t = state.topics.get(name)
+            if injected is not None:
+                existing.append(_metadata_error_topic(name, injected))
+            elif not state.authorized(principal, "DESCRIBE", name):
+                unauthorized.append(_metadata_error_topic(
+                    name, TOPIC_AUTHORIZATION_FAILED,
+                    name in (TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC)))
+            elif t is not None:
+                existing.append(_metadata_topic(state, t))
+            elif not _valid_topic_name(name):
+                missing.append(_metadata_error_topic(name, INVALID_TOPIC_EXCEPTION))
+            elif (allow_auto and state.config_bool("auto.create.topics.enable")
+                  and not name.startswith("__")):
+                # Auto-creation: KRaft forwards CreateTopics and answers this Metadata with
+                # UNKNOWN_TOPIC_OR_PARTITION; the client's next Metadata finds the topic.
+                state.create_topic(name, state.config_int("num.partitions"),
+                                   min(state.config_int("default.replication.factor"),
+                                       len(state.node_ids)))
+                missing.append(_metadata_error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                missing.append(_metadata_error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
+        topics_out = existing + missing + by_id_errors + unauthorized
+    brokers = [
+        MetadataResponse.MetadataResponseBroker(
+            node_id=b, host=state.endpoints[b][0], port=state.endpoints[b][1], rack=None)
+        for b in state.alive_brokers()
+    ]
+    top_error = state.injected_error(3, ctx.broker_id)
+    return MetadataResponse(
+        version=v, throttle_time_ms=0, brokers=brokers, cluster_id=state.cluster_id,
+        controller_id=state.controller_id(), topics=topics_out,
+        authorized_operations=UNAUTHORIZED_OPERATIONS,
+        error_code=top_error if top_error is not None else NONE,
+    )
+
+
+def _valid_topic_name(name: str) -> bool:
+    import re
+
+    return (0 < len(name) <= 249 and name not in (".", "..")
+            and re.fullmatch(r"[a-zA-Z0-9._-]+", name) is not None)
+
+
+# -- FindCoordinator (10) -------------------------------------------------------------------
+def handle_find_coordinator(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    key_type = req.key_type if v >= 1 else 0
+    keys = list(req.coordinator_keys) if v >= 4 else [req.key]
+    if key_type == 1:
+        existed = state.ensure_internal_topic(TRANSACTION_STATE_TOPIC)
+    elif key_type == 0:
+        existed = state.ensure_internal_topic(CONSUMER_OFFSETS_TOPIC)
+    else:
+        existed = True
+    answers: list[tuple[str, int, int, str, int]] = []  # key, error, node, host, port
+    for key in keys:
+        error = state.injected_error(10, ctx.broker_id,
+                                     transactional_id=key if key_type == 1 else None)
+        coord = None
+        if error is None:
+            if key_type not in (0, 1):
+                error = INVALID_REQUEST
+            elif not existed:
+                error = COORDINATOR_NOT_AVAILABLE  # the lookup that created the topic (08)
+            else:
+                coord = (state.coordinator.coordinator_for(key) if key_type == 1
+                         else state.group_coordinator(key))
+                error = NONE if coord is not None else COORDINATOR_NOT_AVAILABLE
+        if error == NONE and coord is not None:
+            host, port = state.endpoints[coord[0]]
+            answers.append((key, NONE, coord[0], host, port))
+        else:
+            answers.append((key, error, -1, "", -1))
+    if v >= 4:
+        # v4+: error_message "" on success and on error alike (08, 09).
+        return FindCoordinatorResponse(
+            version=v, throttle_time_ms=0,
+            coordinators=[FindCoordinatorResponse.Coordinator(
+                key=k, node_id=n, host=h, port=p, error_code=e, error_message="")
+                for k, e, n, h, p in answers])
+    _, e, n, h, p = answers[0]
+    # v0-3: error_message is Errors.message(): "NONE" on success (10-13).
+    return FindCoordinatorResponse(
+        version=v, throttle_time_ms=0, error_code=e,
+        error_message="NONE" if e == NONE else ERROR_MESSAGES.get(e),
+        node_id=n, host=h, port=p)
+
+
+# -- DescribeConfigs (32) -------------------------------------------------------------------
+def handle_describe_configs(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    Result = DescribeConfigsResponse.DescribeConfigsResult
+    Entry = Result.DescribeConfigsResourceResult
+    results = []
+    for res in req.resources:
+        # null or empty configuration_keys: every config (06)
+        keys = set(res.configuration_keys) if res.configuration_keys else None
+        rtype, rname = res.resource_type, res.resource_name
+        error: int = NONE
+        message: str | None = ""
+        configs: list[Any] = []
+        injected = state.injected_error(32, ctx.broker_id,
+                                        topic=rname if rtype == 2 else None)
+        if injected is not None:
+            error, message = injected, None
+        elif rtype == 4:  # BROKER
+            if rname == "":
+                configs = []  # cluster-wide dynamic defaults: none are set
+            elif rname == str(ctx.broker_id):
+                entries = state.broker_configs(ctx.broker_id)
+                if keys is not None:
+                    # Filtering builds a Scala mutable.HashMap: its hash order, not 06's (07).
+                    entries = scala_mutable_hash_order(
+                        [e for e in entries if e.name in keys],
+                        lambda e: java_string_hash(e.name))
+                configs = [Entry(
+                    name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                    is_sensitive=e.is_sensitive, synonyms=[], config_type=e.config_type,
+                    documentation=None) for e in entries]
+            else:
+                error = INVALID_REQUEST
+                message = (f"Unexpected broker id, expected {ctx.broker_id} or empty string, "
+                           f"but received {rname}")
+        elif rtype == 2:  # TOPIC: only the topic's own settings (source DYNAMIC_TOPIC_CONFIG)
+            t = state.topics.get(rname)
+            if not state.authorized(ctx.principal, "DESCRIBE", rname):
+                error, message = TOPIC_AUTHORIZATION_FAILED, None
+            elif t is None:
+                error, message = UNKNOWN_TOPIC_OR_PARTITION, None
+            else:
+                for name, value in t.configs.items():
+                    if keys is None or name in keys:
+                        configs.append(Entry(
+                            name=name, value=value, read_only=False, config_source=1,
+                            is_sensitive=False, synonyms=[], config_type=2, documentation=None))
+        else:
+            error, message = INVALID_REQUEST, f"Unsupported resource type {rtype}"
+        results.append(Result(error_code=error, error_message=message, resource_type=rtype,
+                              resource_name=rname, configs=configs))
+    return DescribeConfigsResponse(version=v, throttle_time_ms=0, results=results)
+
+
+# -- InitProducerId (22) --------------------------------------------------------------------
+def handle_init_producer_id(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    tid = req.transactional_id
+    injected = state.injected_error(22, ctx.broker_id, transactional_id=tid)
+    if injected is not None:
+        return InitProducerIdResponse(version=v, throttle_time_ms=0, error_code=injected,
+                                      producer_id=-1, producer_epoch=-1)
+    result = state.coordinator.init_producer_id(
+        ctx.broker_id, tid, req.transaction_timeout_ms,
+        max_timeout_ms=state.transaction_max_timeout_ms,
+        expected_producer_id=req.producer_id if v >= 3 else -1,
+        expected_producer_epoch=req.producer_epoch if v >= 3 else -1,
+    )
+    return InitProducerIdResponse(version=v, throttle_time_ms=0, error_code=result.error_code,
+                                  producer_id=result.producer_id,
+                                  producer_epoch=result.producer_epoch)
+
+
+# -- AddPartitionsToTxn (24) ----------------------------------------------------------------
+def _add_partitions_one(
+    state: ClusterState, ctx: RequestContext, tid: str, pid: int, epoch: int,
+    topics: list[Any], verify_only: bool, client_tv: int,
+) -> dict[tuple[str, int], int]:
+    errors: dict[tuple[str, int], int] = {}
+    ok: list[tuple[str, int]] = []
+    for t in topics:
+        for part in t.partitions:
+            tp = (t.name, part)
+            if not state.authorized(ctx.principal, "WRITE", t.name):
+                errors[tp] = TOPIC_AUTHORIZATION_FAILED
+            elif not state.partition_exists(t.name, part):
+                errors[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                ok.append(tp)
+    if errors:
+        # Any failed check fails the whole request; the rest are OPERATION_NOT_ATTEMPTED.
+        for tp in ok:
+            errors[tp] = OPERATION_NOT_ATTEMPTED
+        return errors
+    injected = state.injected_error(24, ctx.broker_id, transactional_id=tid)
+    if injected is not None:
+        return dict.fromkeys(ok, injected)
+    if verify_only:
+        return {tp: state.coordinator.verify_partition(tid, pid, epoch, tp) for tp in ok}
+    err = state.coordinator.add_partitions(ctx.broker_id, tid, pid, epoch, ok,
+                                           client_transaction_version=client_tv)
+    return dict.fromkeys(ok, err)
+
+
+def _topic_results(errors: dict[tuple[str, int], int]) -> list[Any]:
+    TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    PartResult = TopicResult.AddPartitionsToTxnPartitionResult
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, part), err in errors.items():
+        by_topic.setdefault(topic, []).append(
+            PartResult(partition_index=part, partition_error_code=err))
+    return [TopicResult(name=t, results_by_partition=ps) for t, ps in by_topic.items()]
+
+
+def handle_add_partitions_to_txn(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    if v <= 3:
+        errors = _add_partitions_one(
+            state, ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+            req.v3_and_below_producer_epoch, list(req.v3_and_below_topics), False, 0)
+        return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0,
+                                          results_by_topic_v3_and_below=_topic_results(errors))
+    # v4+: the broker-to-coordinator batched form (KIP-890), verify_only or add.
+    results = []
+    for txn in req.transactions:
+        errors = _add_partitions_one(state, ctx, txn.transactional_id, txn.producer_id,
+                                     txn.producer_epoch, list(txn.topics), bool(txn.verify_only),
+                                     2 if v >= 5 else 0)
+        results.append(AddPartitionsToTxnResponse.AddPartitionsToTxnResult(
+            transactional_id=txn.transactional_id, topic_results=_topic_results(errors)))
+    return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, error_code=NONE,
+                                      results_by_transaction=results)
+
+
+# -- AddOffsetsToTxn (25) / TxnOffsetCommit (28) --------------------------------------------
+def handle_add_offsets_to_txn(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    state.ensure_internal_topic(CONSUMER_OFFSETS_TOPIC)
+    injected = state.injected_error(25, ctx.broker_id, transactional_id=req.transactional_id)
+    if injected is not None:
+        return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=injected)
+    tp = (CONSUMER_OFFSETS_TOPIC,
+          partition_for(req.group_id, state.config_int("offsets.topic.num.partitions")))
+    err = state.coordinator.add_partitions(ctx.broker_id, req.transactional_id, req.producer_id,
+                                           req.producer_epoch, [tp])
+    return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=err)
+
+
+def handle_txn_offset_commit(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    """Minimal: the group coordinator accepts the offsets (they are not stored)."""
+    v = ctx.api_version
+    coord = state.group_coordinator(req.group_id)
+    base_error = NONE if coord is not None and coord[0] == ctx.broker_id else NOT_COORDINATOR
+    TopicR = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    PartR = TopicR.TxnOffsetCommitResponsePartition
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            err = base_error
+            if err == NONE and not state.partition_exists(t.name, p.partition_index):
+                err = UNKNOWN_TOPIC_OR_PARTITION
+            parts.append(PartR(partition_index=p.partition_index, error_code=err))
+        topics.append(TopicR(name=t.name, partitions=parts))
+    return TxnOffsetCommitResponse(version=v, throttle_time_ms=0, topics=topics)
+
+
+# -- EndTxn (26) ----------------------------------------------------------------------------
+def handle_end_txn(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    injected = state.injected_error(26, ctx.broker_id, transactional_id=req.transactional_id)
+    if injected is not None:
+        return EndTxnResponse(version=v, throttle_time_ms=0, error_code=injected,
+                              producer_id=-1, producer_epoch=-1)
+    # EndTxn v5+ means a transaction.version 2 client (epoch bump on every EndTxn).
+    result = state.coordinator.end_txn(
+        ctx.broker_id, req.transactional_id, req.producer_id, req.producer_epoch,
+        bool(req.committed), client_transaction_version=2 if v >= 5 else 0)
+    ok = result.error_code == NONE
+    return EndTxnResponse(version=v, throttle_time_ms=0, error_code=result.error_code,
+                          producer_id=result.producer_id if ok else -1,
+                          producer_epoch=result.producer_epoch if ok else -1)
+
+
+# -- WriteTxnMarkers (27) -------------------------------------------------------------------
+def handle_write_txn_markers(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    """Markers from an admin abort (kafka-transactions.sh abort) or another coordinator."""
+    v = ctx.api_version
+    MarkerR = WriteTxnMarkersResponse.WritableTxnMarkerResult
+    TopicR = MarkerR.WritableTxnMarkerTopicResult
+    PartR = TopicR.WritableTxnMarkerPartitionResult
+    markers = []
+    for m in req.markers:
+        tv = m.transaction_version if v >= 2 else 0
+        topics = []
+        for t in m.topics:
+            parts = []
+            for idx in t.partition_indexes:
+                p = state.partition(t.name, idx)
+                err = state.injected_error(27, ctx.broker_id, topic=t.name, partition=idx)
+                if err is None:
+                    if p is None:
+                        err = UNKNOWN_TOPIC_OR_PARTITION
+                    elif not _leads(p, ctx.broker_id):
+                        err = NOT_LEADER_OR_FOLLOWER
+                    else:
+                        err = state.log_of(p).append_marker(
+                            producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                            commit=bool(m.transaction_result),
+                            coordinator_epoch=m.coordinator_epoch,
+                            timestamp_ms=state.now_ms(), leader_epoch=p.leader_epoch,
+                            transaction_version=tv)
+                parts.append(PartR(partition_index=idx, error_code=err))
+            topics.append(TopicR(name=t.name, partitions=parts))
+        markers.append(MarkerR(producer_id=m.producer_id, topics=topics))
+    return WriteTxnMarkersResponse(version=v, markers=markers)
+
+
+# -- Produce (0) ----------------------------------------------------------------------------
+def _produce_partition(
+    state: ClusterState, ctx: RequestContext, tid: str | None, t: Topic | None, name: str,
+    index: int, records: bytes | None,
+) -> tuple[int, int, int, str | None]:
+    """(error, base offset, log append time, error message) for one partition's batch."""
+    v = ctx.api_version
+    if not state.authorized(ctx.principal, "WRITE", name):
+        return TOPIC_AUTHORIZATION_FAILED, -1, -1, None
+    p = state.partition(name, index) if t is not None else None
+    if p is None:
+        return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, None
+    injected = state.injected_error(0, ctx.broker_id, topic=name, partition=index)
+    if injected is not None:
+        return injected, -1, -1, None
+    if not _leads(p, ctx.broker_id):
+        return NOT_LEADER_OR_FOLLOWER, -1, -1, None
+    batches = split_batches(records or b"")
+    if batches is None or len(batches) != 1:
+        # ProduceRequest.validateRecords: v3+ carries exactly one v2 batch.
+        return INVALID_RECORD, -1, -1, None
+    header, raw = batches[0]
+    if not crc_ok(raw):
+        return CORRUPT_MESSAGE, -1, -1, None
+    if header.is_control:
+        return INVALID_RECORD, -1, -1, "Clients are not allowed to write control records"
+    now = state.now_ms()
+    log_append_time = state.log_append_time(p.topic)
+    if not log_append_time:
+        after_ms = int(state.config("log.message.timestamp.after.max.ms") or 3600000)
+        before_ms = int(state.config("log.message.timestamp.before.max.ms") or 2**63 - 1)
+        if header.max_timestamp > now + after_ms or header.base_timestamp < now - before_ms:
+            return INVALID_TIMESTAMP, -1, -1, None
+    log = state.log_of(p)
+    if header.is_transactional and tid is not None and not log.has_ongoing_transaction(
+            header.producer_id, header.producer_epoch):
+        tp = (name, index)
+        coord = state.coordinator.coordinator_for(tid)
+        err = NONE
+        if v >= 12:
+            # transaction.version 2 clients: the broker adds the partition itself (KIP-890).
+            err = (state.coordinator.add_partitions(
+                coord[0], tid, header.producer_id, header.producer_epoch, [tp],
+                client_transaction_version=2) if coord is not None else NOT_COORDINATOR)
+        elif state.config_bool("transaction.partition.verification.enable"):
+            # KIP-890 part 1: the partition must already be in the coordinator's transaction.
+            err = state.coordinator.verify_partition(tid, header.producer_id,
+                                                     header.producer_epoch, tp)
+        if err == PRODUCER_FENCED:
+            err = INVALID_PRODUCER_EPOCH
+        if err in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+                   51):
+            err = 19  # NOT_ENOUGH_REPLICAS: retriable for every producer version
+        if err != NONE:
+            return err, -1, -1, None
+    check = log.validate_producer_batch(header)
+    if check is not None:
+        return check.error_code, check.base_offset, check.log_append_time_ms, None
+    result = log.append_client_batch(header, raw, leader_epoch=p.leader_epoch, now_ms=now,
+                                     log_append_time=log_append_time)
+    return result.error_code, result.base_offset, result.log_append_time_ms, None
+
+
+def handle_produce(state: ClusterState, ctx: RequestContext, req: Any) -> Any | None:
+    v = ctx.api_version
+    TopicR = ProduceResponse.TopicProduceResponse
+    PartR = TopicR.PartitionProduceResponse
+    responses = []
+    for td in req.topic_data:
+        t: Topic | None
+        if v >= 13:
+            t = state.topics_by_id.get(td.topic_id)
+            name = t.name if t is not None else ""
+        else:
+            name = td.name
+            t = state.topics.get(name)
+        parts = []
+        for pd in td.partition_data:
+            err, base, append_time, message = _produce_partition(
+                state, ctx, req.transactional_id, t, name, pd.index, pd.records)
+            p = state.partition(name, pd.index) if t is not None else None
+            log_start = p.log.log_start_offset if (p is not None and p.log is not None) else 0
+            parts.append(PartR(index=pd.index, error_code=err, base_offset=base,
+                               log_append_time_ms=append_time,
+                               log_start_offset=log_start if err == NONE else -1,
+                               record_errors=[], error_message=message))
+        if v >= 13:
+            responses.append(TopicR(topic_id=td.topic_id, partition_responses=parts))
+        else:
+            responses.append(TopicR(name=name, partition_responses=parts))
+    if req.acks == 0:
+        return None
+    return ProduceResponse(version=v, responses=responses, throttle_time_ms=0)
+
+
+# -- Fetch (1) ------------------------------------------------------------------------------
+def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    TopicR = FetchResponse.FetchableTopicResponse
+    PartR = TopicR.PartitionData
+    Aborted = PartR.AbortedTransaction
+    read_committed = v >= 4 and req.isolation_level == 1
+    remaining = req.max_bytes if v >= 3 else 2**31 - 1
+    got_data = False
+    responses = []
+    for ft in req.topics:
+        t = state.topics_by_id.get(ft.topic_id) if v >= 13 else state.topics.get(ft.topic)
+        name = t.name if t is not None else ft.topic
+        parts = []
+        for fp in ft.partitions:
+            error = NONE
+            p: Partition | None = None
+            if t is None:
+                error = UNKNOWN_TOPIC_ID if v >= 13 else UNKNOWN_TOPIC_OR_PARTITION
+            elif not state.authorized(ctx.principal, "READ", name):
+                error = TOPIC_AUTHORIZATION_FAILED
+            else:
+                p = state.partition(name, fp.partition)
+                injected = state.injected_error(1, ctx.broker_id, topic=name,
+                                                partition=fp.partition)
+                if p is None:
+                    error = UNKNOWN_TOPIC_OR_PARTITION
+                elif injected is not None:
+                    error = injected
+                elif not _leads(p, ctx.broker_id):
+                    error = NOT_LEADER_OR_FOLLOWER
+                elif v >= 9 and fp.current_leader_epoch not in (-1, p.leader_epoch):
+                    error = (FENCED_LEADER_EPOCH if fp.current_leader_epoch < p.leader_epoch
+                             else UNKNOWN_LEADER_EPOCH)
+            log = p.log if p is not None else None
+            hw = log.high_watermark if log is not None else 0
+            lso = log.last_stable_offset if log is not None else 0
+            start = log.log_start_offset if log is not None else 0
+            if error == NONE and not start <= fp.fetch_offset <= hw:
+                error = OFFSET_OUT_OF_RANGE
+            if error != NONE:
+                parts.append(PartR(partition_index=fp.partition, error_code=error,
+                                   high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                                   aborted_transactions=None, preferred_read_replica=-1,
+                                   records=b""))
+                continue
+            records = b""
+            aborted: list[Any] | None = None
+            if log is not None:
+                upper = lso if read_committed else hw
+                limit = min(fp.partition_max_bytes, remaining)
+                records, end = log.read(fp.fetch_offset, limit, upper, min_one=not got_data)
+                if records:
+                    got_data = True
+                    remaining -= len(records)
+                if read_committed:
+                    aborted = [
+                        Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
+                        for a in log.aborted_between(fp.fetch_offset, end)
+                    ] if records else []
+            elif read_committed:
+                aborted = []
+            # READ_UNCOMMITTED: aborted_transactions null; READ_COMMITTED: a list (33, 34).
+            parts.append(PartR(partition_index=fp.partition, error_code=NONE, high_watermark=hw,
+                               last_stable_offset=lso, log_start_offset=start,
+                               aborted_transactions=aborted if read_committed else None,
+                               preferred_read_replica=-1, records=records))
+        if v >= 13:
+            responses.append(TopicR(topic_id=ft.topic_id, partitions=parts))
+        else:
+            responses.append(TopicR(topic=name, partitions=parts))
+    # Sessionless: session id 0 (as when the broker's fetch session cache declines a session).
+    return FetchResponse(version=v, throttle_time_ms=0, error_code=NONE, session_id=0,
+                         responses=responses)
+
+
+# -- ListOffsets (2) ------------------------------------------------------------------------
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def handle_list_offsets(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    TopicR = ListOffsetsResponse.ListOffsetsTopicResponse
+    PartR = TopicR.ListOffsetsPartitionResponse
+    read_committed = v >= 2 and req.isolation_level == 1
+    topics = []
+    for lt in req.topics:
+        parts = []
+        for lp in lt.partitions:
+            p = state.partition(lt.name, lp.partition_index)
+            err = state.injected_error(2, ctx.broker_id, topic=lt.name,
+                                       partition=lp.partition_index)
+            if err is None:
+                if not state.authorized(ctx.principal, "DESCRIBE", lt.name):
+                    err = TOPIC_AUTHORIZATION_FAILED
+                elif p is None:
+                    err = UNKNOWN_TOPIC_OR_PARTITION
+                elif not _leads(p, ctx.broker_id):
+                    err = NOT_LEADER_OR_FOLLOWER
+                elif v >= 4 and lp.current_leader_epoch not in (-1, p.leader_epoch):
+                    err = (FENCED_LEADER_EPOCH if lp.current_leader_epoch < p.leader_epoch
+                           else UNKNOWN_LEADER_EPOCH)
+            if (err is not None and err != NONE) or p is None:
+                parts.append(PartR(partition_index=lp.partition_index, error_code=err,
+                                   timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
+            log = p.log
+            hw = log.high_watermark if log is not None else 0
+            lso = log.last_stable_offset if log is not None else 0
+            start = log.log_start_offset if log is not None else 0
+            ts, offset, epoch = -1, -1, p.leader_epoch
+            target = lp.timestamp
+            if target == LATEST:
+                offset = lso if read_committed else hw  # 31, 32
+            elif target in (EARLIEST, EARLIEST_LOCAL):
+                offset = start
+                if log is not None and log.batches:
+                    epoch = log.batches[0].leader_epoch
+            elif target == MAX_TIMESTAMP:
+                found = log.max_timestamp_offset() if log is not None else None
+                if found is not None:
+                    offset, ts = found
+                else:
+                    epoch = -1
+            elif target == LATEST_TIERED:
+                epoch = -1  # no tiered storage: no offset
+            else:
+                found = log.offset_for_timestamp(target) if log is not None else None
+                upper = lso if read_committed else hw
+                if found is not None and found[0] < upper:
+                    offset, ts = found
+                else:
+                    epoch = -1
+            parts.append(PartR(partition_index=lp.partition_index, error_code=NONE, timestamp=ts,
+                               offset=offset, leader_epoch=epoch))
+        topics.append(TopicR(name=lt.name, partitions=parts))
+    return ListOffsetsResponse(version=v, throttle_time_ms=0, topics=topics)
+
+
+# -- DescribeProducers (61) -----------------------------------------------------------------
+def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    TopicR = DescribeProducersResponse.TopicResponse
+    PartR = TopicR.PartitionResponse
+    Prod = PartR.ProducerState
+    topics = []
+    for rt in req.topics:
+        t = state.topics.get(rt.name)
+        parts = []
+        for idx in rt.partition_indexes:
+            err: int | None = None
+            msg: str | None = None
+            producers: list[Any] = []
+            injected = state.injected_error(61, ctx.broker_id, topic=rt.name, partition=idx)
+            p = t.partitions[idx] if t is not None and 0 <= idx < len(t.partitions) else None
+            if not state.authorized(ctx.principal, "READ", rt.name):
+                err = TOPIC_AUTHORIZATION_FAILED  # needs READ, not DESCRIBE; no message
+            elif injected is not None:
+                err, msg = injected, ERROR_MESSAGES.get(injected)
+            elif t is None:
+                err, msg = UNKNOWN_TOPIC_OR_PARTITION, ERROR_MESSAGES[UNKNOWN_TOPIC_OR_PARTITION]
+            elif p is None:
+                err = UNKNOWN_TOPIC_OR_PARTITION  # known topic, no such partition: null (37)
+            elif ctx.broker_id not in p.replicas:
+                err, msg = NOT_LEADER_OR_FOLLOWER, ERROR_MESSAGES[NOT_LEADER_OR_FOLLOWER]
+            else:
+                err = NONE
+                if p.log is not None:
+                    producers = [Prod(
+                        producer_id=e.producer_id, producer_epoch=e.producer_epoch,
+                        last_sequence=e.last_sequence, last_timestamp=e.last_timestamp,
+                        coordinator_epoch=e.coordinator_epoch,
+                        current_txn_start_offset=e.current_txn_first_offset,
+                    ) for e in p.log.active_producers()]
+            parts.append(PartR(partition_index=idx, error_code=err, error_message=msg,
+                               active_producers=producers))
+        topics.append(TopicR(name=rt.name, partitions=parts))
+    return DescribeProducersResponse(version=v, throttle_time_ms=0, topics=topics)
+
+
+# -- ListTransactions (66) ------------------------------------------------------------------
+def handle_list_transactions(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    injected = state.injected_error(66, ctx.broker_id)
+    if injected is not None:
+        return ListTransactionsResponse(version=v, throttle_time_ms=0, error_code=injected,
+                                        unknown_state_filters=[], transaction_states=[])
+    result = state.coordinator.list_transactions(
+        ctx.broker_id,
+        state_filters=list(req.state_filters or []),
+        producer_id_filters=list(req.producer_id_filters or []),
+        duration_filter_ms=req.duration_filter if v >= 1 else -1,
+        transactional_id_pattern=req.transactional_id_pattern if v >= 2 else None,
+    )
+    TS = ListTransactionsResponse.TransactionState
+    return ListTransactionsResponse(
+        version=v, throttle_time_ms=0, error_code=result.error_code,
+        unknown_state_filters=result.unknown_state_filters,
+        transaction_states=[TS(transactional_id=x.transactional_id, producer_id=x.producer_id,
+                               transaction_state=x.state) for x in result.transactions])
+
+
+# -- DescribeTransactions (65) --------------------------------------------------------------
+def handle_describe_transactions(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    TS = DescribeTransactionsResponse.TransactionState
+    TopicData = TS.TopicData
+    out = []
+    for tid in req.transactional_ids:
+        err = state.injected_error(65, ctx.broker_id, transactional_id=tid)
+        md = None
+        if err is None:
+            err, md = state.coordinator.describe(ctx.broker_id, tid)
+        if md is None or err != NONE:
+            # Only the id and the error are set; the rest are zero values (38).
+            out.append(TS(error_code=err, transactional_id=tid, transaction_state="",
+                          transaction_timeout_ms=0, transaction_start_time_ms=0, producer_id=0,
+                          producer_epoch=0, topics=[]))
+            continue
+        grouped: dict[str, list[int]] = {}
+        for topic, part in md.ordered_partitions():
+            if state.authorized(ctx.principal, "DESCRIBE", topic):
+                grouped.setdefault(topic, []).append(part)
+        out.append(TS(error_code=NONE, transactional_id=tid, transaction_state=md.state.value,
+                      transaction_timeout_ms=md.txn_timeout_ms,
+                      transaction_start_time_ms=md.txn_start_timestamp,
+                      producer_id=md.producer_id, producer_epoch=md.producer_epoch,
+                      topics=[TopicData(topic=t, partitions=ps) for t, ps in grouped.items()]))
+    return DescribeTransactionsResponse(version=v, throttle_time_ms=0, transaction_states=out)
+
+
+HANDLERS: dict[int, Handler] = {
+    0: handle_produce,
+    1: handle_fetch,
+    2: handle_list_offsets,
+    3: handle_metadata,
+    10: handle_find_coordinator,
+    22: handle_init_producer_id,
+    24: handle_add_partitions_to_txn,
+    25: handle_add_offsets_to_txn,
+    26: handle_end_txn,
+    27: handle_write_txn_markers,
+    28: handle_txn_offset_commit,
+    32: handle_describe_configs,
+    61: handle_describe_producers,
+    65: handle_describe_transactions,
+    66: handle_list_transactions,
+}
