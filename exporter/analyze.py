@@ -23,11 +23,38 @@ from exporter.model import (
     OpenTransaction,
     TopicPartition,
     TransactionDescription,
+    UnobservedReason,
 )
 from exporter.settings import ClusterSettings
 
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
 """Kafka's default transaction.max.timeout.ms (15 min), used when a broker's value is unknown."""
+
+
+_UNOBSERVED_REASONS: dict[str, UnobservedReason] = {
+    # collect error kinds (exporter.collect.connection) for a whole request
+    "BROKER_UNREACHABLE": UnobservedReason.BROKER_DOWN,
+    "REQUEST_TIMEOUT": UnobservedReason.BROKER_DOWN,
+    "AUTHENTICATION_FAILED": UnobservedReason.BROKER_DOWN,
+    "UNSUPPORTED_VERSION": UnobservedReason.UNSUPPORTED_API,
+    # Kafka error names, per partition
+    "TOPIC_AUTHORIZATION_FAILED": UnobservedReason.UNAUTHORIZED,
+    "CLUSTER_AUTHORIZATION_FAILED": UnobservedReason.UNAUTHORIZED,
+    "NOT_LEADER_OR_FOLLOWER": UnobservedReason.NOT_LEADER,
+    "LEADER_NOT_AVAILABLE": UnobservedReason.NO_LEADER,
+}
+
+
+def unobserved_reason(detail: str) -> UnobservedReason:
+    """The fixed-vocabulary reason for one `ClusterObservation.unobserved` detail, so the
+    metric label stays small whatever error Kafka answered."""
+    known = _UNOBSERVED_REASONS.get(detail)
+    if known is not None:
+        return known
+    try:
+        return UnobservedReason(detail)
+    except ValueError:
+        return UnobservedReason.ERROR
 
 
 def transaction_age_ms(open_txn: OpenTransaction, now_ms: int) -> int:
@@ -152,18 +179,25 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         if tp in hanging_partitions:
             hanging_count[leader] = hanging_count.get(leader, 0) + 1
 
+    # A down (or up but unobservable) broker's numbers are unknown, not zero: they are left
+    # at 0 here and the expose layer omits them.
     brokers = tuple(
         BrokerSummary(
             broker_id=b.broker_id,
             up=b.up,
-            # A down broker's numbers are unknown, not zero: the expose layer omits them.
-            partitions_with_open_transactions=open_count.get(b.broker_id, 0) if b.up else 0,
-            partitions_with_late_transactions=late_count.get(b.broker_id, 0) if b.up else 0,
-            partitions_with_hanging_transactions=hanging_count.get(b.broker_id, 0) if b.up else 0,
+            partitions_with_open_transactions=open_count.get(b.broker_id, 0) if known else 0,
+            partitions_with_late_transactions=late_count.get(b.broker_id, 0) if known else 0,
+            partitions_with_hanging_transactions=hanging_count.get(b.broker_id, 0) if known else 0,
             transaction_max_timeout_ms=b.transaction_max_timeout_ms,
+            observable=b.observable,
         )
         for b in sorted(obs.brokers, key=lambda b: b.broker_id)
+        for known in (b.up and b.observable,)
     )
+    by_reason: dict[str, int] = {}
+    for detail in obs.unobserved.values():
+        reason = unobserved_reason(detail).value
+        by_reason[reason] = by_reason.get(reason, 0) + 1
 
     reported = {
         tp: age_ms / 1000.0 for tp, age_ms in max_age_ms.items() if age_ms >= min_reported_ms
@@ -184,4 +218,5 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         unobserved_partitions=len(obs.unobserved),
         request_errors=obs.request_errors,
         poll_duration_seconds=obs.poll_duration_seconds,
+        unobserved_by_reason=dict(sorted(by_reason.items())),
     )

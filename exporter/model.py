@@ -66,6 +66,27 @@ class TransactionDescription:
     topic_partitions: frozenset[TopicPartition]
 
 
+class UnobservedReason(StrEnum):
+    """Why partitions were not observed: the small fixed vocabulary used as a metric label.
+
+    `ClusterObservation.unobserved` keeps the detail (a Kafka error name such as
+    TOPIC_AUTHORIZATION_FAILED, or a collect error kind such as UNSUPPORTED_VERSION);
+    `analyze.unobserved_reason` maps each detail to one of these."""
+
+    BROKER_DOWN = "broker_down"
+    """The leader did not answer (unreachable, timed out, authentication failed)."""
+    UNSUPPORTED_API = "unsupported_api"
+    """The leader does not offer DescribeProducers (Kafka before 2.8)."""
+    UNAUTHORIZED = "unauthorized"
+    """DescribeProducers needs READ on the topic."""
+    NOT_LEADER = "not_leader"
+    """Leadership kept moving (NOT_LEADER_OR_FOLLOWER after one retry)."""
+    NO_LEADER = "no_leader"
+    """Metadata named no leader (LEADER_NOT_AVAILABLE)."""
+    ERROR = "error"
+    """Any other per-partition or request error."""
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerStatus:
     """How the poll went for one broker. `up` False means its data is missing, never zero."""
@@ -74,6 +95,9 @@ class BrokerStatus:
     up: bool
     error: str | None = None
     transaction_max_timeout_ms: int | None = None
+    observable: bool = True
+    """False when the broker is up but cannot report producer state (no DescribeProducers,
+    Kafka < 2.8): its partitions are unobserved and its per-broker counts unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +152,9 @@ class BrokerSummary:
     partitions_with_late_transactions: int
     partitions_with_hanging_transactions: int
     transaction_max_timeout_ms: int | None
+    observable: bool = True
+    """False (with `up` True) when the broker cannot report producer state: the three counts
+    above are unknown, not zero, and must not be exposed (see BrokerStatus.observable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +174,5 @@ class ClusterSnapshot:
     unobserved_partitions: int
     request_errors: tuple[RequestError, ...]
     poll_duration_seconds: float
+    unobserved_by_reason: Mapping[str, int] = field(default_factory=dict)
+    """Unobserved partitions per `UnobservedReason` value (only reasons with a count)."""

@@ -59,6 +59,15 @@ TRANSACTIONAL_ID_NOT_FOUND = 105
 # Fetch errors after which re-reading the batch will not help: fall back for good.
 _PERMANENT_FETCH_ERRORS = frozenset({1, 3, 29})  # OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC, DENIED
 _RETRY_DELAY_SECONDS = 0.05
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
+"""`CollectError.kind` when the broker does not offer an API at all (it predates it)."""
+# What each API needs, for the once-per-broker log line when a broker lacks it.
+_SINCE_KAFKA = {
+    "DescribeProducers": "2.8",
+    "ListTransactions": "3.0",
+    "DescribeTransactions": "3.0",
+}
 
 TxnKey = tuple[str, int, int, int, int]
 """(topic, partition, producer_id, producer_epoch, current_txn_start_offset)."""
@@ -96,6 +105,8 @@ class _PollState:
     unobserved: dict[TopicPartition, str] = field(default_factory=dict)
     request_errors: list[RequestError] = field(default_factory=list)
     open_txns: list[_RawOpenTxn] = field(default_factory=list)
+    unobservable_brokers: set[int] = field(default_factory=set)
+    """Brokers up but without DescribeProducers: their partitions are unobserved."""
 
     def error(self, broker_id: int, api: str, error: str) -> None:
         self.request_errors.append(RequestError(broker_id, api, error))
@@ -130,6 +141,7 @@ class ClusterPoller:
         self._coordinators: dict[str, int] = {}
         self._denied_topics_logged: set[str] = set()
         self._down_logged: set[int] = set()
+        self._unsupported_logged: set[tuple[int, str]] = set()
         self._closed = False
 
     def poll(self) -> ClusterObservation:
@@ -183,7 +195,7 @@ class ClusterPoller:
         coordinator_view = await self._coordinator_view(listed, open_txns, meta, state)
         self._evict_closed(state, meta)
 
-        brokers = self._broker_statuses(meta)
+        brokers = self._broker_statuses(meta, state)
         return ClusterObservation(
             cluster=self.settings.name,
             observed_at_ms=state.now_ms,
@@ -253,9 +265,14 @@ class ClusterPoller:
         try:
             response = await self._client.send(leader, describe_producers_request(batch))
         except CollectError as exc:
-            # Down or slow broker: its partitions are unknown, never "no transactions".
-            state.error(leader, "DescribeProducers", exc.kind)
-            reason = f"broker {leader}: {exc.kind}"
+            # Down or slow broker, or one that predates DescribeProducers (Kafka < 2.8): its
+            # partitions are unknown, never "no transactions".
+            if exc.kind == UNSUPPORTED_VERSION:
+                state.unobservable_brokers.add(leader)
+                self._log_unsupported(leader, "DescribeProducers")
+            else:
+                state.error(leader, "DescribeProducers", exc.kind)
+            reason = exc.kind
             for topic, partitions in batch:
                 for p in partitions:
                     state.unobserved[TopicPartition(topic, p)] = reason
@@ -433,7 +450,10 @@ class ClusterPoller:
         for result in results:
             if result is not None:
                 listing.extend(result)
-        return listing, all(result is not None for result in results)
+        # A dead broker leaves Metadata, so it is not asked above; its slice of the listing is
+        # still missing while any __transaction_state partition has no leader.
+        orphaned = any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless)
+        return listing, not orphaned and all(result is not None for result in results)
 
     async def _list_transactions_at(
         self, broker_id: int, state: _PollState
@@ -442,7 +462,12 @@ class ClusterPoller:
             try:
                 response = await self._client.send(broker_id, list_transactions_request())
             except CollectError as exc:
-                state.error(broker_id, "ListTransactions", exc.kind)
+                # Kafka < 3.0 has no ListTransactions: this broker's slice of the coordinator
+                # view is missing, so unmapped producers classify as unknown, never hanging.
+                if exc.kind == UNSUPPORTED_VERSION:
+                    self._log_unsupported(broker_id, "ListTransactions")
+                else:
+                    state.error(broker_id, "ListTransactions", exc.kind)
                 return None
             if response.error_code == 0:
                 return [
@@ -538,7 +563,7 @@ class ClusterPoller:
                 connection = await self._client.connection(broker)
                 requests = find_coordinator_requests(connection, transactional_ids)
             except CollectError as exc:
-                if exc.kind == "UNSUPPORTED_VERSION":
+                if exc.kind == UNSUPPORTED_VERSION:
                     raise _CoordinatorApiUnsupported() from exc
                 state.error(broker, "FindCoordinator", exc.kind)
                 continue
@@ -579,8 +604,12 @@ class ClusterPoller:
                 coordinator, describe_transactions_request(transactional_ids)
             )
         except CollectError as exc:
-            if exc.kind == "UNSUPPORTED_VERSION":
-                raise _CoordinatorApiUnsupported() from exc
+            if exc.kind == UNSUPPORTED_VERSION:
+                # A coordinator on Kafka < 3.0 (mixed cluster): its ids stay undescribed and
+                # classify as unknown; the other coordinators' answers still count.
+                self._log_unsupported(coordinator, "DescribeTransactions")
+                view.complete = False
+                return []
             state.error(coordinator, "DescribeTransactions", exc.kind)
             for t in transactional_ids:
                 self._coordinators.pop(t, None)
@@ -660,7 +689,21 @@ class ClusterPoller:
 
     # -- brokers ------------------------------------------------------------------------------
 
-    def _broker_statuses(self, meta: MetadataView) -> tuple[BrokerStatus, ...]:
+    def _log_unsupported(self, broker_id: int, api: str) -> None:
+        """One log line per broker and API, not one per poll: this is the broker's release,
+        not a failure (no request error is counted)."""
+        if (broker_id, api) in self._unsupported_logged:
+            return
+        self._unsupported_logged.add((broker_id, api))
+        log.warning(
+            "api_not_supported_by_broker",
+            cluster=self.settings.name,
+            broker_id=broker_id,
+            api=api,
+            hint=f"{api} needs Kafka {_SINCE_KAFKA.get(api, '?')} or later on this broker",
+        )
+
+    def _broker_statuses(self, meta: MetadataView, state: _PollState) -> tuple[BrokerStatus, ...]:
         # A broker missing from Metadata but still named as a replica is down, not gone.
         ids = set(meta.brokers) | meta.replica_ids
         statuses: list[BrokerStatus] = []
@@ -677,12 +720,16 @@ class ClusterPoller:
                 )
             elif reason is None:
                 self._down_logged.discard(broker_id)
+            observable = broker_id not in state.unobservable_brokers
+            if observable:
+                self._unsupported_logged.discard((broker_id, "DescribeProducers"))
             statuses.append(
                 BrokerStatus(
                     broker_id=broker_id,
                     up=reason is None,
                     error=reason,
                     transaction_max_timeout_ms=self._max_timeout_ms(broker_id),
+                    observable=observable,
                 )
             )
         return tuple(statuses)

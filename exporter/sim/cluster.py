@@ -60,8 +60,10 @@ class SimCluster:
         ports: Sequence[int] | None = None,
         *,
         dispatcher: Dispatcher | None = None,
+        profiles: Mapping[int, str] | None = None,
     ) -> None:
-        """`dispatcher` replaces the ClusterState (network-layer tests only)."""
+        """`dispatcher` replaces the ClusterState (network-layer tests only). `profiles` gives
+        single brokers another release than `profile` (a rolling upgrade in progress)."""
         self._node_ids = list(node_ids) if node_ids is not None else list(range(1, brokers + 1))
         if not self._node_ids or len(set(self._node_ids)) != len(self._node_ids):
             raise ValueError(f"node ids must be distinct and non-empty: {self._node_ids}")
@@ -71,6 +73,12 @@ class SimCluster:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILES)}")
         self._profile: VersionProfile = PROFILES[profile]
+        self._profiles = dict(profiles or {})
+        for broker_id, name in self._profiles.items():
+            if broker_id not in self._node_ids:
+                raise ValueError(f"profile for unknown broker {broker_id}")
+            if name not in PROFILES:
+                raise ValueError(f"unknown profile {name!r}; known: {sorted(PROFILES)}")
         self._topics = dict(topics or {})
         self._broker_config = dict(broker_config or {})
         self._tls = tls
@@ -122,7 +130,9 @@ class SimCluster:
                 host=self._host,
                 port=port,
                 dispatcher=self._state,
-                profile=self._profile,
+                profile=PROFILES[self._profiles[node_id]]
+                if node_id in self._profiles
+                else self._profile,
                 faults=self._faults,
                 security=security,
             )
@@ -138,6 +148,7 @@ class SimCluster:
             node_ids=self._node_ids,
             profile=self._profile,
             broker_config=self._broker_config,
+            profiles=self._profiles,
         )
 
     def _security(self) -> ListenerSecurity:

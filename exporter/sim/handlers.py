@@ -507,8 +507,10 @@ def _produce_partition(
             err = (state.coordinator.add_partitions(
                 coord[0], tid, header.producer_id, header.producer_epoch, [tp],
                 client_transaction_version=2) if coord is not None else NOT_COORDINATOR)
-        elif state.config_bool("transaction.partition.verification.enable"):
-            # KIP-890 part 1: the partition must already be in the coordinator's transaction.
+        elif (state.profile_for(ctx.broker_id).supports_partition_verification
+              and state.config_bool("transaction.partition.verification.enable")):
+            # KIP-890 part 1 (3.6+): the partition must already be in the coordinator's
+            # transaction. Brokers before 3.6 append the batch unverified, whatever the config.
             err = state.coordinator.verify_partition(tid, header.producer_id,
                                                      header.producer_epoch, tp)
         if err == PRODUCER_FENCED:

@@ -108,12 +108,23 @@ class ClusterState:
         broker_config: Mapping[str, str] | None = None,
         profile: str | VersionProfile = "4.0",
         cluster_id: str | None = None,
+        profiles: Mapping[int, str] | None = None,
     ) -> None:
+        """`profile` is the cluster's (its finalized features, e.g. transaction.version);
+        `profiles` overrides the release of single brokers, as during a rolling upgrade: each
+        such broker advertises and honours only its own release's API versions."""
         if not node_ids or len(set(node_ids)) != len(node_ids):
             raise ValueError("node ids must be distinct and non-empty")
         self.node_ids: tuple[int, ...] = tuple(node_ids)
         self.clock = clock if clock is not None else Clock()
         self.profile: VersionProfile = PROFILES[profile] if isinstance(profile, str) else profile
+        self.broker_profiles: dict[int, VersionProfile] = {}
+        for broker_id, name in (profiles or {}).items():
+            if broker_id not in self.node_ids:
+                raise ValueError(f"profile for unknown broker {broker_id}")
+            if name not in PROFILES:
+                raise ValueError(f"unknown profile {name!r}; known: {sorted(PROFILES)}")
+            self.broker_profiles[broker_id] = PROFILES[name]
         self.cluster_id = cluster_id if cluster_id is not None else random_cluster_id()
         self._broker_overrides = dict(broker_config or {})
         self._configs = self._build_configs()
@@ -142,7 +153,11 @@ class ClusterState:
 
     # -- Dispatcher ------------------------------------------------------------------------
     def supported_versions(self, broker_id: int) -> Mapping[int, tuple[int, int]]:
-        return self.profile.api_versions
+        return self.profile_for(broker_id).api_versions
+
+    def profile_for(self, broker_id: int) -> VersionProfile:
+        """The release broker `broker_id` runs (its own during a rolling upgrade)."""
+        return self.broker_profiles.get(broker_id, self.profile)
 
     def handle(self, ctx: RequestContext, request: Any) -> Any | None:
         from exporter.sim.handlers import HANDLERS
@@ -195,8 +210,11 @@ class ClusterState:
     def broker_configs(self, broker_id: int) -> list[ConfigEntry]:
         """DescribeConfigs entries of one broker, with its own id and listener filled in."""
         host, port = self.endpoints.get(broker_id, ("127.0.0.1", 9092))
+        verification = self.profile_for(broker_id).supports_partition_verification
         out: list[ConfigEntry] = []
         for e in self._configs:
+            if e.name == "transaction.partition.verification.enable" and not verification:
+                continue  # added in 3.6 (KIP-890 part 1): older brokers do not know it
             if e.name in ("node.id", "broker.id") and e.name not in self._broker_overrides:
                 e = ConfigEntry(e.name, str(broker_id), e.read_only, e.source, e.is_sensitive,
                                 e.config_type)

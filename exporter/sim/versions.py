@@ -2,9 +2,27 @@
 
 The "4.0" profile is a verbatim copy of what a real Apache Kafka 4.0.0 broker answered
 (/work/shared/reference/real-kafka-4.0/01-apiversions-v3.json `api_keys`, 03 `supported_features`,
-01/03 `finalized_features`). The other profiles are derived from it by changing only the rows
-the reference (kafka-transactions.md, "Wire APIs" table) documents, so the exporter's fallbacks
-can be exercised; they are labelled synthetic.
+01/03 `finalized_features`).
+
+The release profiles "2.7", "2.8", "3.0", "3.8" and "4.1" take their `api_keys` from kafka-python
+3.0.12's `kafka/protocol/broker_version_data.py` `BROKER_API_VERSIONS`, which that project
+recorded from real brokers' ApiVersions answers ("copied from brokers via api_versions_response").
+Its (4, 0) row is identical to our 4.0 capture, which is why those rows are trusted. The
+2.7-3.8 rows come from ZooKeeper-mode brokers (they list the inter-broker APIs 4-7).
+What matters for transactions, per release (the JSON schemas' validVersions history):
+- DescribeProducers (61) v0 from 2.8 (KIP-664); absent in 2.7.
+- DescribeTransactions (65) v0 and ListTransactions (66) v0 from 3.0 (KIP-664).
+- ListTransactions v1 (DurationFilter, KIP-994) from 3.8; v2 (TransactionalIdPattern) from
+  4.1.
+- WriteTxnMarkers (27) v1 (flexible) from 2.8; 4.0 removed v0 (KIP-896); v2 in 4.2.
+- AddPartitionsToTxn (24) v4 (broker-side verification, KIP-890 part 1) from 3.6: older brokers
+  have no `transaction.partition.verification.enable` and append any transactional batch.
+Features (KIP-584) are only filled in where known: the ZooKeeper-mode 2.x/3.x brokers are
+modelled with none (finalized epoch -1, the schema default); 4.1 reuses the 4.0 capture's
+feature levels, which are not verified for 4.1 (only `transaction.version` affects the
+simulator, and 2 is the default finalized level of new 4.x clusters).
+The remaining profiles are derived from 4.0 by changing only rows the reference documents,
+so the exporter's fallbacks can be exercised; they are labelled synthetic.
 """
 
 from __future__ import annotations
@@ -53,6 +71,14 @@ class VersionProfile:
 
     def transaction_version(self) -> int:
         return self.finalized_level("transaction.version")
+
+    @property
+    def supports_partition_verification(self) -> bool:
+        """KIP-890 part 1 (3.6+): the leader verifies a transactional Produce with the
+        coordinator through AddPartitionsToTxn v4 (verify_only); only then does the broker have
+        `transaction.partition.verification.enable`. Older brokers append the batch as is."""
+        add_partitions = self.api_versions.get(24)
+        return add_partitions is not None and add_partitions[1] >= 4
 
 
 # 01-apiversions-v3.json, `api_keys`, in the broker's order.
@@ -103,6 +129,98 @@ def _derive(name: str, changes: Mapping[int, tuple[int, int] | None]) -> Version
     )
 
 
+# kafka-python 3.0.12 kafka/protocol/broker_version_data.py, BROKER_API_VERSIONS[(2, 7)]:
+# no DescribeProducers (61) yet; WriteTxnMarkers v0 only.
+_KAFKA_2_7_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 8), 1: (0, 12), 2: (0, 5), 3: (0, 9), 4: (0, 4), 5: (0, 3), 6: (0, 6), 7: (0, 3),
+    8: (0, 8), 9: (0, 7), 10: (0, 3), 11: (0, 7), 12: (0, 4), 13: (0, 4), 14: (0, 5),
+    15: (0, 5), 16: (0, 4), 17: (0, 1), 18: (0, 3), 19: (0, 6), 20: (0, 5), 21: (0, 2),
+    22: (0, 4), 23: (0, 3), 24: (0, 2), 25: (0, 2), 26: (0, 2), 27: (0, 0), 28: (0, 3),
+    29: (0, 2), 30: (0, 2), 31: (0, 2), 32: (0, 3), 33: (0, 1), 34: (0, 1), 35: (0, 2),
+    36: (0, 2), 37: (0, 3), 38: (0, 2), 39: (0, 2), 40: (0, 2), 41: (0, 2), 42: (0, 2),
+    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 0), 49: (0, 0),
+    50: (0, 0), 51: (0, 0), 56: (0, 0), 57: (0, 0),
+}
+
+# BROKER_API_VERSIONS[(2, 8)]: DescribeProducers v0 (61) appears; no List/DescribeTransactions.
+_KAFKA_2_8_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 9), 1: (0, 12), 2: (0, 6), 3: (0, 11), 4: (0, 5), 5: (0, 3), 6: (0, 7), 7: (0, 3),
+    8: (0, 8), 9: (0, 7), 10: (0, 3), 11: (0, 7), 12: (0, 4), 13: (0, 4), 14: (0, 5),
+    15: (0, 5), 16: (0, 4), 17: (0, 1), 18: (0, 3), 19: (0, 7), 20: (0, 6), 21: (0, 2),
+    22: (0, 4), 23: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 27: (0, 1), 28: (0, 3),
+    29: (0, 2), 30: (0, 2), 31: (0, 2), 32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 2),
+    36: (0, 2), 37: (0, 3), 38: (0, 2), 39: (0, 2), 40: (0, 2), 41: (0, 2), 42: (0, 2),
+    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1),
+    50: (0, 0), 51: (0, 0), 56: (0, 0), 57: (0, 0), 60: (0, 0), 61: (0, 0),
+}
+
+# BROKER_API_VERSIONS[(3, 0)]: DescribeTransactions v0 (65), ListTransactions v0 (66).
+_KAFKA_3_0_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 9), 1: (0, 12), 2: (0, 7), 3: (0, 11), 4: (0, 5), 5: (0, 3), 6: (0, 7), 7: (0, 3),
+    8: (0, 8), 9: (0, 8), 10: (0, 4), 11: (0, 7), 12: (0, 4), 13: (0, 4), 14: (0, 5),
+    15: (0, 5), 16: (0, 4), 17: (0, 1), 18: (0, 3), 19: (0, 7), 20: (0, 6), 21: (0, 2),
+    22: (0, 4), 23: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 27: (0, 1), 28: (0, 3),
+    29: (0, 2), 30: (0, 2), 31: (0, 2), 32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 2),
+    36: (0, 2), 37: (0, 3), 38: (0, 2), 39: (0, 2), 40: (0, 2), 41: (0, 2), 42: (0, 2),
+    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1),
+    50: (0, 0), 51: (0, 0), 56: (0, 0), 57: (0, 0), 60: (0, 0), 61: (0, 0), 65: (0, 0),
+    66: (0, 0), 67: (0, 0),
+}
+
+# BROKER_API_VERSIONS[(3, 8)]: ListTransactions v1 (DurationFilter); AddPartitionsToTxn v4-5.
+_KAFKA_3_8_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 11), 1: (0, 16), 2: (0, 8), 3: (0, 12), 4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (0, 3),
+    8: (0, 9), 9: (0, 9), 10: (0, 5), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
+    15: (0, 5), 16: (0, 5), 17: (0, 1), 18: (0, 3), 19: (0, 7), 20: (0, 6), 21: (0, 2),
+    22: (0, 5), 23: (0, 4), 24: (0, 5), 25: (0, 4), 26: (0, 4), 27: (0, 1), 28: (0, 4),
+    29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4),
+    36: (0, 2), 37: (0, 3), 38: (0, 3), 39: (0, 2), 40: (0, 2), 41: (0, 3), 42: (0, 2),
+    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1),
+    50: (0, 0), 51: (0, 0), 56: (0, 3), 57: (0, 1), 58: (0, 0), 60: (0, 1), 61: (0, 0),
+    65: (0, 0), 66: (0, 1), 67: (0, 0), 68: (0, 0), 69: (0, 0),
+}
+
+# BROKER_API_VERSIONS[(4, 1)] (KRaft): ListTransactions v2 (TransactionalIdPattern); WriteTxnMarkers
+# still 1-1 (v2 arrives in 4.2).
+_KAFKA_4_1_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 13), 1: (4, 18), 2: (1, 10), 3: (0, 13), 8: (2, 9), 9: (1, 9), 10: (0, 6),
+    11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 17: (0, 1),
+    18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5),
+    25: (0, 4), 26: (0, 5), 27: (1, 1), 28: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3),
+    32: (1, 4), 33: (0, 2), 34: (1, 2), 35: (1, 4), 36: (0, 2), 37: (0, 3), 38: (1, 3),
+    39: (1, 2), 40: (1, 2), 41: (1, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
+    46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2),
+    57: (0, 2), 60: (0, 2), 61: (0, 0), 64: (0, 0), 65: (0, 0), 66: (0, 2), 68: (0, 1),
+    69: (0, 1), 74: (0, 1), 75: (0, 0), 76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1),
+    80: (0, 0), 81: (0, 0), 83: (0, 0), 84: (0, 0), 85: (0, 0), 86: (0, 0), 87: (0, 0),
+    90: (0, 0), 91: (0, 0), 92: (0, 0),
+}
+
+# ApiVersionsResponse.json: FinalizedFeaturesEpoch defaults to -1 (no finalized features).
+_NO_FINALIZED_FEATURES_EPOCH = -1
+
+
+def _release(
+    name: str, api_versions: Mapping[int, tuple[int, int]], *, features_of_4_0: bool = False
+) -> VersionProfile:
+    """A release profile; without `features_of_4_0` it advertises no features (ZK mode)."""
+    if features_of_4_0:
+        return VersionProfile(
+            name=name,
+            api_versions=MappingProxyType(dict(api_versions)),
+            supported_features=_KAFKA_4_0_SUPPORTED_FEATURES,
+            finalized_features_epoch=_KAFKA_4_0_FINALIZED_EPOCH,
+            finalized_features=_KAFKA_4_0_FINALIZED_FEATURES,
+        )
+    return VersionProfile(
+        name=name,
+        api_versions=MappingProxyType(dict(api_versions)),
+        supported_features=(),
+        finalized_features_epoch=_NO_FINALIZED_FEATURES_EPOCH,
+        finalized_features=(),
+    )
+
+
 KAFKA_4_0 = VersionProfile(
     name="4.0",
     api_versions=MappingProxyType(dict(_KAFKA_4_0_API_VERSIONS)),
@@ -113,7 +231,12 @@ KAFKA_4_0 = VersionProfile(
 
 PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
     {
+        "2.7": _release("2.7", _KAFKA_2_7_API_VERSIONS),
+        "2.8": _release("2.8", _KAFKA_2_8_API_VERSIONS),
+        "3.0": _release("3.0", _KAFKA_3_0_API_VERSIONS),
+        "3.8": _release("3.8", _KAFKA_3_8_API_VERSIONS),
         "4.0": KAFKA_4_0,
+        "4.1": _release("4.1", _KAFKA_4_1_API_VERSIONS, features_of_4_0=True),
         # Synthetic: 4.0 plus the trunk ranges the reference lists for ListTransactions (0-2,
         # v2 adds TransactionalIdPattern) and WriteTxnMarkers (1-2).
         "trunk-transactions": _derive("trunk-transactions", {66: (0, 2), 27: (1, 2)}),
