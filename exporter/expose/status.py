@@ -1,0 +1,288 @@
+"""The status page at `/`: per cluster, broker health and the late/hanging transactions.
+
+Server-rendered HTML that reads without JavaScript and loads nothing from elsewhere (an
+operator opens it during an incident, possibly from a locked-down network). Every value that
+came from Kafka or the config (topic names, transactional ids, cluster names, errors) goes
+through `html.escape`: a transactional id is chosen by whoever runs the producer. The abort
+command lines are `shlex.quote`d so that they can be pasted into a shell as they are.
+Pure: no I/O, so it renders from any thread that can read the `SnapshotStore`.
+"""
+
+from __future__ import annotations
+
+import html
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+
+from exporter.model import Classification, ClusterSnapshot, LateTransaction, TopicPartition
+
+DEFAULT_ABORT_COMMAND: tuple[str, ...] = ("kafka-txn-exporter", "abort")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+)
+"""Also worth sending as a response header (http.py) with the page."""
+
+_CSS = """
+:root { color-scheme: light; }
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif;
+       margin: 0; color: #1b1f24; background: #f6f7f9; }
+header { background: #1f2937; color: #f9fafb; padding: 14px 24px; }
+header h1 { margin: 0; font-size: 20px; }
+header p { margin: 4px 0 0; color: #cbd5e1; font-size: 13px; }
+header a { color: #93c5fd; }
+main { padding: 8px 24px 32px; max-width: 1400px; }
+section.cluster { background: #fff; border: 1px solid #d8dde3; border-radius: 6px;
+                  margin: 16px 0; padding: 4px 18px 14px; }
+h2 { font-size: 18px; margin: 12px 0 4px; }
+h3 { font-size: 15px; margin: 16px 0 6px; }
+.meta { color: #4b5563; font-size: 13px; margin: 2px 0; }
+.badge { display: inline-block; font-size: 12px; font-weight: 600; padding: 1px 8px;
+         border-radius: 10px; vertical-align: middle; margin-left: 6px; }
+.up { background: #dcfce7; color: #166534; }
+.down { background: #fee2e2; color: #991b1b; }
+.hanging { background: #fee2e2; color: #991b1b; }
+.coordinator_tracked { background: #fef3c7; color: #92400e; }
+.unknown { background: #e5e7eb; color: #374151; }
+table { border-collapse: collapse; width: 100%; font-size: 14px; }
+th, td { text-align: left; padding: 5px 10px; border-bottom: 1px solid #e5e7eb;
+         vertical-align: top; }
+th { background: #f3f4f6; font-weight: 600; white-space: nowrap; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.cmd-row td { border-bottom: 1px solid #d1d5db; padding-top: 0; }
+code { font-family: "DejaVu Sans Mono", ui-monospace, Menlo, Consolas, monospace;
+       font-size: 13px; }
+code.cmd { display: block; background: #111827; color: #e5e7eb; padding: 6px 10px;
+           border-radius: 4px; white-space: pre-wrap; overflow-wrap: anywhere;
+           user-select: all; -webkit-user-select: all; }
+.note { color: #4b5563; font-size: 13px; }
+.empty { color: #166534; }
+.error { color: #991b1b; }
+.tid { word-break: break-all; }
+"""
+
+
+def render_status_page(
+    snapshots: Mapping[str, ClusterSnapshot | None],
+    *,
+    errors: Mapping[str, str | None] | None = None,
+    config_file: str | None = None,
+    abort_command: Sequence[str] = DEFAULT_ABORT_COMMAND,
+    now_ms: int | None = None,
+) -> bytes:
+    """The whole page as UTF-8 HTML.
+
+    `snapshots`: cluster name -> its current snapshot (None before the first successful poll
+    or after a failed one); `errors`: cluster name -> the store's last error; `config_file`
+    goes into the abort command lines as `--config` (omitted when unknown).
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    errors = errors or {}
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+        # Defence in depth behind html.escape: no script, no outside request of any kind.
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">",
+        "<title>kafka-txn-exporter status</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<header><h1>kafka-txn-exporter</h1>",
+        f"<p>Late and hanging Kafka transactions &middot; page rendered {_e(_utc(now))} "
+        "&middot; <a href=\"metrics\">/metrics</a> &middot; <a href=\"healthz\">/healthz</a>"
+        " &middot; <a href=\"readyz\">/readyz</a></p></header><main>",
+    ]
+    if not snapshots:
+        parts.append("<p class=\"note\">No cluster configured.</p>")
+    for name in sorted(snapshots):
+        parts.append(
+            _cluster_section(name, snapshots[name], errors.get(name), config_file,
+                             abort_command, now)
+        )
+    parts.append(
+        "<p class=\"note\">Only <strong>hanging</strong> transactions get an abort command: "
+        "the coordinator still tracks <em>coordinator_tracked</em> ones and will end them, "
+        "and <em>unknown</em> ones could not be checked. The command detects again and "
+        "prints what it would write; add <code>--yes</code> to write the ABORT marker.</p>"
+    )
+    parts.append("</main></body></html>\n")
+    return "".join(parts).encode("utf-8")
+
+
+def abort_command_line(
+    snapshot_cluster: str,
+    late: LateTransaction,
+    config_file: str | None = None,
+    abort_command: Sequence[str] = DEFAULT_ABORT_COMMAND,
+) -> str:
+    """The shell command that aborts this transaction (dry run until `--yes` is added)."""
+    txn = late.transaction
+    argv = [*abort_command]
+    if config_file is not None:
+        argv += ["--config", config_file]
+    argv += [
+        "--cluster", snapshot_cluster,
+        "--topic", txn.topic,
+        "--partition", str(txn.partition),
+        "--start-offset", str(txn.current_txn_start_offset),
+    ]
+    return shlex.join(argv)
+
+
+def _cluster_section(
+    name: str,
+    snapshot: ClusterSnapshot | None,
+    error: str | None,
+    config_file: str | None,
+    abort_command: Sequence[str],
+    now_ms: int,
+) -> str:
+    anchor = _e("cluster-" + name)
+    if snapshot is None:
+        reason = error or "no successful poll yet"
+        return (
+            f"<section class=\"cluster\" id=\"{anchor}\" data-cluster=\"{_e(name)}\">"
+            f"<h2>Cluster <code>{_e(name)}</code><span class=\"badge down\">NO DATA</span></h2>"
+            f"<p class=\"error\">{_e(reason)}</p></section>"
+        )
+    up_badge = "<span class=\"badge up\">UP</span>" if snapshot.up else (
+        "<span class=\"badge down\">DOWN</span>"
+    )
+    hanging = sum(
+        1 for lt in snapshot.late_transactions if lt.classification is Classification.HANGING
+    )
+    out = [
+        f"<section class=\"cluster\" id=\"{anchor}\" data-cluster=\"{_e(name)}\">",
+        f"<h2>Cluster <code>{_e(name)}</code>{up_badge}</h2>",
+        f"<p class=\"meta\">Polled {_e(_utc(snapshot.observed_at_ms))} "
+        f"({_e(_duration(max(0, now_ms - snapshot.observed_at_ms) / 1000))} ago, took "
+        f"{snapshot.poll_duration_seconds:.2f} s) &middot; oldest open transaction "
+        f"{_e(_duration(snapshot.cluster_max_active_transaction_duration_seconds))} &middot; "
+        f"{len(snapshot.late_transactions)} late, {hanging} hanging",
+    ]
+    if snapshot.unobserved_partitions:
+        out.append(
+            f" &middot; <span class=\"error\">{snapshot.unobserved_partitions} partition(s) "
+            "not observed (leader down, error or not authorised): their transactions are "
+            "unknown, not absent</span>"
+        )
+    out.append("</p>")
+    if error:
+        out.append(f"<p class=\"error\">Last error: {_e(error)}</p>")
+    out.append(_brokers_table(snapshot))
+    out.append(_transactions_table(name, snapshot, config_file, abort_command))
+    if snapshot.request_errors:
+        counts: dict[tuple[int, str, str], int] = {}
+        for err in snapshot.request_errors:
+            key = (err.broker_id, err.api, err.error)
+            counts[key] = counts.get(key, 0) + 1
+        items = "".join(
+            f"<li>broker {b}: {_e(api)} {_e(code)} &times; {n}</li>"
+            for (b, api, code), n in sorted(counts.items())
+        )
+        out.append(f"<h3>Request errors in the last poll</h3><ul class=\"note\">{items}</ul>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _brokers_table(snapshot: ClusterSnapshot) -> str:
+    rows = []
+    for b in snapshot.brokers:
+        status = "<span class=\"badge up\">up</span>" if b.up else (
+            "<span class=\"badge down\">down</span>"
+        )
+        timeout = "?" if b.transaction_max_timeout_ms is None else (
+            f"{b.transaction_max_timeout_ms} ms"
+        )
+        counts = (
+            (b.partitions_with_open_transactions, b.partitions_with_late_transactions,
+             b.partitions_with_hanging_transactions)
+            if b.up else None
+        )
+        cells = "".join(
+            f"<td class=\"num\">{c}</td>" for c in counts
+        ) if counts is not None else "<td class=\"num\">?</td>" * 3
+        rows.append(
+            f"<tr data-broker=\"{b.broker_id}\"><td class=\"num\">{b.broker_id}</td>"
+            f"<td>{status}</td><td class=\"num\">{_e(timeout)}</td>{cells}</tr>"
+        )
+    if not rows:
+        return "<h3>Brokers</h3><p class=\"error\">No broker answered.</p>"
+    return (
+        "<h3>Brokers</h3><table class=\"brokers\"><thead><tr><th class=\"num\">Broker</th>"
+        "<th>Status</th><th class=\"num\">transaction.max.timeout.ms</th>"
+        "<th class=\"num\">Partitions with open txns</th><th class=\"num\">late</th>"
+        "<th class=\"num\">hanging</th></tr></thead><tbody>" + "".join(rows)
+        + "</tbody></table>"
+    )
+
+
+def _transactions_table(
+    cluster: str,
+    snapshot: ClusterSnapshot,
+    config_file: str | None,
+    abort_command: Sequence[str],
+) -> str:
+    title = f"<h3>Late and hanging transactions ({len(snapshot.late_transactions)})</h3>"
+    if not snapshot.late_transactions:
+        return title + "<p class=\"empty\">No late transactions.</p>"
+    rows = []
+    for late in snapshot.late_transactions:
+        txn = late.transaction
+        tp_lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
+        tid = (
+            f"<span class=\"tid\">{_e(late.transactional_id)}</span>"
+            if late.transactional_id else "<em class=\"note\">none</em>"
+        )
+        cls = late.classification.value
+        rows.append(
+            f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
+            f"<td class=\"num\">{_e(_duration(late.age_seconds))}</td>"
+            f"<td><span class=\"badge {_e(cls)}\">{_e(cls)}</span></td>"
+            f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
+            f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
+            f"<td class=\"num\">{txn.coordinator_epoch}</td>"
+            f"<td>{tid}</td>"
+            f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
+            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td></tr>"
+        )
+        if late.classification is Classification.HANGING:
+            command = abort_command_line(cluster, late, config_file, abort_command)
+            action = f"<code class=\"cmd\">{_e(command)}</code>"
+        elif late.classification is Classification.COORDINATOR_TRACKED:
+            action = (
+                "<span class=\"note\">No abort: the coordinator still lists this partition "
+                "and will commit or abort the transaction itself (check its markers if it "
+                "stays).</span>"
+            )
+        else:
+            action = (
+                "<span class=\"note\">No abort command: the coordinator could not be asked, "
+                "so hanging cannot be told apart from coordinator-tracked.</span>"
+            )
+        rows.append(f"<tr class=\"cmd-row\"><td></td><td colspan=\"7\">{action}</td></tr>")
+    return (
+        title + "<table class=\"transactions\"><thead><tr><th class=\"num\">Age</th>"
+        "<th>Classification</th><th>Partition</th><th class=\"num\">Producer id / epoch</th>"
+        "<th class=\"num\">Coordinator epoch</th><th>Transactional id</th>"
+        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th></tr></thead><tbody>"
+        + "".join(rows) + "</tbody></table>"
+    )
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def _duration(seconds: float) -> str:
+    """Human age: 45s, 12m 05s, 3h 07m, 2d 04h."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
