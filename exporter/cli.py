@@ -1,0 +1,304 @@
+"""Command line: `serve`, `scan`, `demo`, `sim`, `--version`.
+
+A thin shell: parse flags, load settings (exit 2 with the field named on a bad config),
+configure logging, then hand over to the scheduler/HTTP server, the scanner, the demo or the
+simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.registry import CollectorRegistry
+
+from exporter import __version__
+from exporter.config import ConfigError, Overrides, env_help, load_settings
+from exporter.expose.collector import SnapshotCollector, SnapshotStore
+from exporter.expose.http import MetricsServer
+from exporter.logs import configure_logging, get_logger
+from exporter.scheduler import ClusterJob, PollScheduler, make_cluster_job
+from exporter.settings import ClusterSettings, ExporterSettings
+
+PROG = "kafka-txn-exporter"
+EXIT_CONFIG_ERROR = 2
+SHUTDOWN_POLL_WAIT_SECONDS = 2.5
+"""How long a stop waits for a running poll; with HTTP shutdown it stays under 5 s."""
+
+_CONFIG_HELP = """\
+Configuration: one YAML file (--config or KTE_CONFIG) with `clusters` (a list), `web` and `log`
+sections; see exporter.example.yaml and README.md for every key. Precedence: flags > environment
+> file > defaults. A bad value stops start-up with exit status 2 and the field path, e.g.
+  clusters[0].poll_interval_seconds: expected a number of seconds or a duration like '30s'/'5m'
+"""
+
+
+def build_registry(store: SnapshotStore) -> CollectorRegistry:
+    """A private registry: the snapshot collector plus the usual process metrics."""
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(store))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+def serve(
+    settings: ExporterSettings,
+    *,
+    stop: threading.Event | None = None,
+    job_factory: Callable[[ClusterSettings], ClusterJob] = make_cluster_job,
+    on_started: Callable[[MetricsServer], None] | None = None,
+    config_file: str | None = None,
+) -> int:
+    """Run the exporter until `stop` is set or SIGTERM/SIGINT arrives; return the exit code.
+
+    `config_file` only goes into the status page's abort command lines.
+    """
+    log = get_logger("exporter.serve")
+    stop = stop or threading.Event()
+    store = SnapshotStore(settings.clusters)
+    jobs: list[ClusterJob] = []
+    try:
+        for cluster in settings.clusters:
+            jobs.append(job_factory(cluster))
+    except Exception as exc:  # e.g. an unreadable TLS key: a start-up error, not a poll error
+        for job in jobs:
+            job.close()
+        sys.stderr.write(f"{PROG}: cluster {cluster.name}: cannot create its client: {exc}\n")
+        return EXIT_CONFIG_ERROR
+    try:
+        server = MetricsServer(settings.web, build_registry(store), store, config_file)
+    except ConfigError as exc:
+        for job in jobs:
+            job.close()
+        return _config_error(exc)
+    except OSError as exc:
+        for job in jobs:
+            job.close()
+        sys.stderr.write(
+            f"{PROG}: web: cannot listen on {settings.web.listen_address}:{settings.web.port}: "
+            f"{exc.strerror or exc}\n"
+        )
+        return EXIT_CONFIG_ERROR
+    scheduler = PollScheduler(jobs, store)
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal_received", signal=signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+    server.start()
+    scheduler.start()
+    log.info(
+        "exporter_started",
+        version=__version__,
+        listen=f"{server.scheme}://{server.address}:{server.port}/metrics",
+        clusters=[c.name for c in settings.clusters],
+    )
+    if on_started is not None:
+        on_started(server)
+    while not stop.wait(0.5):
+        pass
+    log.info("exporter_stopping")
+    clean = scheduler.shutdown(timeout_seconds=SHUTDOWN_POLL_WAIT_SECONDS)
+    server.stop()
+    log.info("exporter_stopped", clean=clean)
+    if not clean and threading.current_thread() is threading.main_thread():
+        # A poll is stuck in a blocking request; its executor thread would keep the interpreter
+        # alive at exit. Leave now so SIGTERM is honoured within the 5 s budget.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+# --------------------------------------------------------------------------- argument parsing
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("configuration")
+    group.add_argument("--config", "-c", metavar="FILE",
+                       help="YAML config file (env KTE_CONFIG)")
+    group.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]",
+        help="single cluster: bootstrap servers (env KTE_CLUSTER_BOOTSTRAP_SERVERS); defines the "
+             "cluster when the file has none",
+    )
+    group.add_argument("--cluster-name", metavar="NAME",
+                       help="single cluster: its 'cluster' label (env KTE_CLUSTER_NAME, "
+                            "default 'default')")
+    group.add_argument("--log.format", dest="log_format", choices=("auto", "json", "console"),
+                       help="log format (env KTE_LOG_FORMAT; default auto: console on a TTY, "
+                            "else JSON)")
+    group.add_argument("--log.level", dest="log_level",
+                       choices=("debug", "info", "warning", "error", "critical"),
+                       help="log level (env KTE_LOG_LEVEL; default info)")
+
+
+def _add_web_args(parser: argparse.ArgumentParser, default_port: str = "9981 or config") -> None:
+    group = parser.add_argument_group("web")
+    group.add_argument("--web.listen-address", dest="web_listen_address", metavar="ADDRESS",
+                       help="address to listen on (env KTE_WEB_LISTEN_ADDRESS; default 0.0.0.0)")
+    group.add_argument("--web.port", dest="web_port", metavar="PORT",
+                       help=f"port for /metrics, /healthz, /readyz (env KTE_WEB_PORT; default "
+                            f"{default_port})")
+    group.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                       help="exporter-toolkit web config file: tls_server_config (TLS, "
+                            "client certificates) and http_server_config.headers; "
+                            "basic_auth_users is not supported yet (env KTE_WEB_CONFIG_FILE)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Prometheus exporter for late and hanging Kafka transactions (KIP-664).",
+        epilog=_CONFIG_HELP + "\n" + env_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve_p = sub.add_parser(
+        "serve",
+        help="run the exporter (HTTP /metrics, /healthz, /readyz)",
+        description="Poll every configured cluster on its interval and serve the metrics.",
+        epilog=_CONFIG_HELP + "\n" + env_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_config_args(serve_p)
+    _add_web_args(serve_p)
+
+    scan_p = sub.add_parser(
+        "scan",
+        help="poll once and list late transactions (like kafka-transactions.sh find-hanging)",
+        description=(
+            "Poll each cluster once and print its late open transactions with find-hanging's "
+            "columns (Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset "
+            "LastTimestamp Duration(min)) plus Age, TransactionalId and Classification. "
+            "Exit status: 0 nothing hanging, 1 a hanging transaction was found, 2 error."
+        ),
+        epilog=_CONFIG_HELP + "\n" + env_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_config_args(scan_p)
+    scan_p.add_argument("--output", "-o", choices=("table", "json"), default="table",
+                        help="output format (default table)")
+    scan_p.add_argument("--cluster", action="append", metavar="NAME",
+                        help="scan only this cluster (repeatable; default all)")
+
+    demo_p = sub.add_parser(
+        "demo",
+        help="start a simulated cluster with a live transactional workload and export it",
+        description=(
+            "Start the embedded simulated Kafka cluster, run committed, aborted and long-running "
+            "transactions plus (after a short while) a hanging one, and serve the exporter on "
+            "it. kafka_partitions_with_late_transactions turns 1 within about two minutes."
+        ),
+    )
+    demo_p.add_argument("--web.listen-address", dest="web_listen_address", default="127.0.0.1",
+                        metavar="ADDRESS", help="address to listen on (default 127.0.0.1)")
+    demo_p.add_argument("--web.port", dest="web_port", default="9981", metavar="PORT",
+                        help="port for /metrics (default 9981)")
+    demo_p.add_argument("--log.format", dest="log_format", default="auto",
+                        choices=("auto", "json", "console"))
+    demo_p.add_argument("--log.level", dest="log_level", default="info",
+                        choices=("debug", "info", "warning", "error", "critical"))
+    demo_p.add_argument("--duration", metavar="SECONDS", type=float, default=None,
+                        help="stop after this many seconds (default: run until Ctrl-C)")
+
+    sub.add_parser(
+        "abort",
+        help="abort ONE hanging transaction (dry run unless --yes; own admin credentials; "
+             "try `abort --help`)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "sim",
+        help="run the Kafka simulator alone (arguments go to it; try `sim --help`)",
+        add_help=False,
+    )
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> Overrides:
+    return Overrides(
+        web_listen_address=getattr(args, "web_listen_address", None),
+        web_port=getattr(args, "web_port", None),
+        web_config_file=getattr(args, "web_config_file", None),
+        log_format=args.log_format,
+        log_level=args.log_level,
+        cluster_name=args.cluster_name,
+        bootstrap_servers=args.bootstrap_servers,
+    )
+
+
+def _config_error(exc: ConfigError) -> int:
+    sys.stderr.write(f"{PROG}: config error: {exc}\n")
+    return EXIT_CONFIG_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] == "sim":
+        from exporter.sim.main import run_sim
+
+        return run_sim(args_list[1:])
+    if args_list and args_list[0] == "abort":
+        # Imported only here: the daemon's code paths never load the writing module.
+        from exporter.abort import run_abort
+
+        return run_abort(args_list[1:])
+
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_CONFIG_ERROR
+
+    if args.command == "demo":
+        from exporter.demo import run_demo
+
+        try:
+            return run_demo(
+                listen_address=args.web_listen_address,
+                port=args.web_port,
+                log_format=args.log_format,
+                log_level=args.log_level,
+                duration_seconds=args.duration,
+            )
+        except ConfigError as exc:
+            return _config_error(exc)
+
+    try:
+        settings = load_settings(args.config, overrides=_overrides(args))
+    except ConfigError as exc:
+        return _config_error(exc)
+    configure_logging(settings.log_format, settings.log_level)
+
+    if args.command == "scan":
+        from exporter.scan import run_scan
+
+        clusters = settings.clusters
+        if args.cluster:
+            known = {c.name for c in clusters}
+            missing = [name for name in args.cluster if name not in known]
+            if missing:
+                return _config_error(ConfigError(
+                    f"--cluster: unknown cluster(s) {', '.join(missing)} "
+                    f"(configured: {', '.join(sorted(known))})"
+                ))
+            clusters = tuple(c for c in clusters if c.name in args.cluster)
+        return run_scan(clusters, args.output, sys.stdout, sys.stderr)
+
+    config_file = args.config or os.environ.get("KTE_CONFIG")
+    return serve(settings, config_file=os.path.abspath(config_file) if config_file else None)

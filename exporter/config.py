@@ -1,0 +1,592 @@
+"""Load and validate the exporter's configuration into `settings.ExporterSettings`.
+
+Sources, lowest to highest precedence: built-in defaults, ONE YAML file, environment variables
+(`KTE_*`), command-line flags. Everything is checked at start-up so a typo stops the exporter
+with a message naming the field (`clusters[0].poll_interval_seconds: expected ...`) instead of
+surfacing as a wrong metric hours later.
+
+Environment scheme (documented in README and `--help`):
+
+- `KTE_CONFIG` - path of the YAML file (same as `--config`).
+- `KTE_WEB_LISTEN_ADDRESS`, `KTE_WEB_PORT`, `KTE_WEB_CONFIG_FILE`, `KTE_LOG_FORMAT`,
+  `KTE_LOG_LEVEL` - the web listener and logging.
+- `KTE_CLUSTER_<FIELD>` - a field of the single cluster, e.g. `KTE_CLUSTER_BOOTSTRAP_SERVERS`,
+  `KTE_CLUSTER_POLL_INTERVAL_SECONDS`, `KTE_CLUSTER_TLS_CA_FILE`,
+  `KTE_CLUSTER_SASL_PASSWORD_FILE`, `KTE_CLUSTER_LABELS=env=prod,dc=eu1`. They define the cluster
+  when the file has none, override it when the file has exactly one, and are an error when the
+  file has several (which cluster would they mean?).
+
+An unknown `KTE_*` variable is an error (a typo must not be silently ignored); the one exception
+is a variable named by a `password_env`, which may use any name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.settings import (
+    ClusterSettings,
+    ExporterSettings,
+    SaslSettings,
+    TlsSettings,
+    WebSettings,
+)
+
+ENV_PREFIX = "KTE_"
+CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
+
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+RESERVED_LABELS = frozenset(
+    {
+        "cluster",
+        "topic",
+        "partition",
+        "broker",
+        "producer_id",
+        "producer_epoch",
+        "coordinator_epoch",
+        "start_offset",
+        "transactional_id",
+        "classification",
+        "state",
+        "reason",
+        "api",
+        "error",
+        "version",
+        "le",
+        "job",
+        "instance",
+    }
+)
+_LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class ConfigError(Exception):
+    """A configuration problem; the message starts with the field path that is wrong."""
+
+
+# --------------------------------------------------------------------------- value parsers
+# Each parser takes (value, path) and returns the typed value or raises ConfigError. Values
+# from the YAML file arrive typed; values from env/flags arrive as strings, so every parser
+# also accepts a string spelling of its type.
+
+Parser = Callable[[Any, str], Any]
+
+
+def _describe(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+
+
+def parse_duration_seconds(value: Any, path: str) -> float:
+    """Seconds as a number, or a string like '30', '30s', '500ms', '5m', '1h'."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{path}: expected a number of seconds or a duration like '30s', "
+                          f"got {_describe(value)}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    else:
+        raise ConfigError(
+            f"{path}: expected a number of seconds or a duration like '30s'/'5m', "
+            f"got {_describe(value)}"
+        )
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ConfigError(f"{path}: expected a finite duration, got {_describe(value)}")
+    return seconds
+
+
+def _positive_duration(value: Any, path: str) -> float:
+    seconds = parse_duration_seconds(value, path)
+    if seconds <= 0:
+        raise ConfigError(f"{path}: must be greater than 0, got {_describe(value)}")
+    return seconds
+
+
+def _non_negative_duration(value: Any, path: str) -> float:
+    seconds = parse_duration_seconds(value, path)
+    if seconds < 0:
+        raise ConfigError(f"{path}: must not be negative, got {_describe(value)}")
+    return seconds
+
+
+def _int(value: Any, path: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{path}: expected an integer, got {_describe(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ConfigError(f"{path}: expected an integer, got {_describe(value)}")
+
+
+def _positive_int(value: Any, path: str) -> int:
+    number = _int(value, path)
+    if number <= 0:
+        raise ConfigError(f"{path}: must be greater than 0, got {number}")
+    return number
+
+
+def parse_port(value: Any, path: str) -> int:
+    number = _int(value, path)
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"{path}: expected a TCP port 0-65535, got {number}")
+    return number
+
+
+def _optional_positive_int(value: Any, path: str) -> int | None:
+    return None if value is None else _positive_int(value, path)
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}: expected a string, got {_describe(value)}")
+    if not value.strip():
+        raise ConfigError(f"{path}: must not be empty")
+    return value
+
+
+def _optional_str(value: Any, path: str) -> str | None:
+    return None if value is None else _str(value, path)
+
+
+def _existing_file(value: Any, path: str) -> str | None:
+    if value is None:
+        return None
+    name = _str(value, path)
+    if not Path(name).is_file():
+        raise ConfigError(f"{path}: file not found: {name!r}")
+    return name
+
+
+def _bool(value: Any, path: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "yes", "on", "1"):
+            return True
+        if lowered in ("false", "no", "off", "0"):
+            return False
+    raise ConfigError(f"{path}: expected true or false, got {_describe(value)}")
+
+
+def _cluster_name(value: Any, path: str) -> str:
+    name = _str(value, path)
+    if not _CLUSTER_NAME_RE.match(name):
+        raise ConfigError(
+            f"{path}: expected letters, digits and _.:- only (it becomes the 'cluster' label), "
+            f"got {name!r}"
+        )
+    return name
+
+
+def _bootstrap_servers(value: Any, path: str) -> tuple[str, ...]:
+    """A list of host:port, or one comma-separated string (the env/flag form)."""
+    if isinstance(value, str):
+        items: list[Any] = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, list):
+        items = list(value)
+    else:
+        raise ConfigError(
+            f"{path}: expected a list of host:port strings, got {_describe(value)}"
+        )
+    if not items:
+        raise ConfigError(f"{path}: at least one bootstrap server is required")
+    servers: list[str] = []
+    for index, item in enumerate(items):
+        item_path = f"{path}[{index}]" if isinstance(value, list) else path
+        server = _str(item, item_path).strip()
+        host, sep, port = server.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"{item_path}: expected host:port, got {server!r}")
+        servers.append(server)
+    return tuple(servers)
+
+
+def _labels(value: Any, path: str) -> dict[str, str]:
+    """A mapping of static labels, or 'k=v,k2=v2' (the env/flag form)."""
+    if isinstance(value, str):
+        pairs: dict[str, Any] = {}
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            key, sep, val = part.partition("=")
+            if not sep:
+                raise ConfigError(f"{path}: expected name=value pairs, got {part!r}")
+            pairs[key.strip()] = val.strip()
+        value = pairs
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a mapping of label name to value, "
+                          f"got {_describe(value)}")
+    labels: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not _LABEL_NAME_RE.match(key) or key.startswith("__"):
+            raise ConfigError(f"{path}: invalid Prometheus label name {key!r}")
+        if key in RESERVED_LABELS:
+            raise ConfigError(f"{path}.{key}: label name is used by the exporter's own metrics")
+        if isinstance(val, bool) or not isinstance(val, str | int | float):
+            raise ConfigError(f"{path}.{key}: expected a string, got {_describe(val)}")
+        labels[key] = str(val)
+    return labels
+
+
+def _choice(choices: tuple[str, ...], *, upper: bool = False) -> Parser:
+    def parse(value: Any, path: str) -> str:
+        text = _str(value, path).strip()
+        text = text.upper() if upper else text.lower()
+        if text not in choices:
+            raise ConfigError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return parse
+
+
+# --------------------------------------------------------------------------- schema
+
+_TLS_FIELDS: dict[str, Parser] = {
+    "ca_file": _existing_file,
+    "cert_file": _existing_file,
+    "key_file": _existing_file,
+    "check_hostname": _bool,
+}
+_SASL_FIELDS: dict[str, Parser] = {
+    "mechanism": _choice(SASL_MECHANISMS, upper=True),
+    "username": _str,
+    "password_file": _optional_str,
+    "password_env": _optional_str,
+}
+_CLUSTER_FIELDS: dict[str, Parser] = {
+    "name": _cluster_name,
+    "bootstrap_servers": _bootstrap_servers,
+    "client_id": _str,
+    "poll_interval_seconds": _positive_duration,
+    "request_timeout_seconds": _positive_duration,
+    "describe_producers_batch_size": _positive_int,
+    "late_buffer_seconds": _non_negative_duration,
+    "min_reported_duration_seconds": _non_negative_duration,
+    "transaction_max_timeout_ms": _optional_positive_int,
+    "config_refresh_seconds": _positive_duration,
+    "labels": _labels,
+}
+_NESTED_CLUSTER_FIELDS: dict[str, dict[str, Parser]] = {"tls": _TLS_FIELDS, "sasl": _SASL_FIELDS}
+_WEB_FIELDS: dict[str, Parser] = {
+    "listen_address": _str,
+    "port": parse_port,
+    "web_config_file": _existing_file,
+}
+_LOG_FIELDS: dict[str, Parser] = {
+    "format": _choice(LOG_FORMATS),
+    "level": _choice(LOG_LEVELS),
+}
+_TOP_LEVEL_KEYS = ("clusters", "web", "log", "admin")
+"""`admin` holds the abort command's credentials; it is validated by `exporter.abort` (the
+daemon never imports that module) and ignored by `serve`/`scan`."""
+
+
+def _env_name(*parts: str) -> str:
+    return ENV_PREFIX + "_".join(p.upper() for p in parts)
+
+
+def cluster_env_vars() -> dict[str, tuple[str, ...]]:
+    """Every `KTE_CLUSTER_*` variable and the cluster field path it sets."""
+    names: dict[str, tuple[str, ...]] = {}
+    for key in _CLUSTER_FIELDS:
+        names[_env_name("cluster", key)] = (key,)
+    for section, fields in _NESTED_CLUSTER_FIELDS.items():
+        for key in fields:
+            names[_env_name("cluster", section, key)] = (section, key)
+    return names
+
+
+WEB_LOG_ENV_VARS: dict[str, tuple[str, str]] = {
+    "KTE_WEB_LISTEN_ADDRESS": ("web", "listen_address"),
+    "KTE_WEB_PORT": ("web", "port"),
+    "KTE_WEB_CONFIG_FILE": ("web", "web_config_file"),
+    "KTE_LOG_FORMAT": ("log", "format"),
+    "KTE_LOG_LEVEL": ("log", "level"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """Values given on the command line (None = not given); strings like env values."""
+
+    web_listen_address: str | None = None
+    web_port: str | None = None
+    web_config_file: str | None = None
+    log_format: str | None = None
+    log_level: str | None = None
+    cluster_name: str | None = None
+    bootstrap_servers: str | None = None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file: not found: {path!r}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file: cannot read {path!r}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" (line {mark.line + 1}, column {mark.column + 1})"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"config file: invalid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file: expected a mapping at the top level, "
+                          f"got {type(data).__name__}")
+    return data
+
+
+def _parse_section(raw: Any, fields: Mapping[str, Parser], path: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {_describe(raw)}")
+    parsed: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            if path.endswith("sasl") and key == "password":
+                raise ConfigError(
+                    f"{path}.password: inline passwords are not allowed; "
+                    "use password_file or password_env"
+                )
+            raise ConfigError(f"{path}: unknown key {key!r} "
+                              f"(known: {', '.join(sorted(fields))})")
+        parsed[key] = fields[key](value, f"{path}.{key}")
+    return parsed
+
+
+def _parse_cluster_file(raw: Any, path: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {_describe(raw)}")
+    flat = {k: v for k, v in raw.items() if k not in _NESTED_CLUSTER_FIELDS}
+    parsed = _parse_section(flat, _CLUSTER_FIELDS | dict.fromkeys(_NESTED_CLUSTER_FIELDS, _str),
+                            path)
+    for section, fields in _NESTED_CLUSTER_FIELDS.items():
+        if section in raw:
+            value = raw[section]
+            parsed[section] = {} if value is None else _parse_section(
+                value, fields, f"{path}.{section}"
+            )
+    return parsed
+
+
+def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
+    for key in ("mechanism", "username"):
+        if key not in raw:
+            raise ConfigError(f"{path}.{key}: required when sasl is configured")
+    password_file = raw.get("password_file")
+    password_env = raw.get("password_env")
+    if (password_file is None) == (password_env is None):
+        raise ConfigError(f"{path}: set exactly one of password_file or password_env")
+    if password_file is not None:
+        try:
+            password = Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(
+                f"{path}.password_file: cannot read {password_file!r}: {exc.strerror}"
+            ) from None
+    else:
+        assert password_env is not None
+        if password_env not in env:
+            raise ConfigError(
+                f"{path}.password_env: environment variable {password_env!r} is not set"
+            )
+        password = env[password_env]
+    if not password:
+        raise ConfigError(f"{path}: the password is empty")
+    return SaslSettings(mechanism=raw["mechanism"], username=raw["username"], password=password)
+
+
+def _build_tls(raw: dict[str, Any], path: str) -> TlsSettings:
+    if ("cert_file" in raw) != ("key_file" in raw):
+        raise ConfigError(f"{path}: cert_file and key_file must be given together")
+    return TlsSettings(**raw)
+
+
+def _build_cluster(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> ClusterSettings:
+    for key in ("name", "bootstrap_servers"):
+        if key not in raw:
+            raise ConfigError(f"{path}.{key}: required")
+    values = {k: v for k, v in raw.items() if k not in _NESTED_CLUSTER_FIELDS}
+    if "tls" in raw:
+        values["tls"] = _build_tls(raw["tls"], f"{path}.tls")
+    if "sasl" in raw:
+        values["sasl"] = _build_sasl(raw["sasl"], f"{path}.sasl", env)
+    return ClusterSettings(**values)
+
+
+def load_settings(
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Overrides | None = None,
+) -> ExporterSettings:
+    """Merge file, env and flags into validated settings, or raise ConfigError."""
+    env = dict(os.environ) if env is None else dict(env)
+    overrides = overrides or Overrides()
+    if config_file is None and env.get("KTE_CONFIG"):
+        config_file = env["KTE_CONFIG"]
+    data = _read_yaml(config_file) if config_file else {}
+
+    for key in data:
+        if key not in _TOP_LEVEL_KEYS:
+            raise ConfigError(f"{key}: unknown key (known: {', '.join(_TOP_LEVEL_KEYS)})")
+
+    raw_clusters = data.get("clusters")
+    if raw_clusters is None:
+        raw_clusters = []
+    if not isinstance(raw_clusters, list):
+        raise ConfigError(f"clusters: expected a list of clusters, got {_describe(raw_clusters)}")
+    clusters = [_parse_cluster_file(c, f"clusters[{i}]") for i, c in enumerate(raw_clusters)]
+
+    admin = data.get("admin")
+    if admin is not None and not isinstance(admin, dict):
+        raise ConfigError(f"admin: expected a mapping, got {_describe(admin)}")
+    web = _parse_section(data.get("web") or {}, _WEB_FIELDS, "web")
+    log = _parse_section(data.get("log") or {}, _LOG_FIELDS, "log")
+
+    # Environment: web/log, then the single cluster.
+    password_envs = {
+        c["sasl"]["password_env"] for c in clusters if c.get("sasl", {}).get("password_env")
+    } | _admin_password_envs(admin)
+    cluster_vars = cluster_env_vars()
+    cluster_env: dict[str, Any] = {}
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or name == "KTE_CONFIG":
+            continue
+        if name in WEB_LOG_ENV_VARS:
+            section, key = WEB_LOG_ENV_VARS[name]
+            fields = _WEB_FIELDS if section == "web" else _LOG_FIELDS
+            (web if section == "web" else log)[key] = fields[key](env[name], name)
+        elif name in cluster_vars:
+            cluster_env[name] = env[name]
+        elif name not in password_envs and not _names_a_password_env(name, env):
+            raise ConfigError(f"{name}: unknown environment variable (see --help for KTE_*)")
+
+    # Flags (highest precedence).
+    flag_web = {
+        "listen_address": ("--web.listen-address", overrides.web_listen_address),
+        "port": ("--web.port", overrides.web_port),
+        "web_config_file": ("--web.config.file", overrides.web_config_file),
+    }
+    for key, (flag, value) in flag_web.items():
+        if value is not None:
+            web[key] = _WEB_FIELDS[key](value, flag)
+    flag_log = {
+        "format": ("--log.format", overrides.log_format),
+        "level": ("--log.level", overrides.log_level),
+    }
+    for key, (flag, value) in flag_log.items():
+        if value is not None:
+            log[key] = _LOG_FIELDS[key](value, flag)
+
+    cluster_flags = {
+        "name": ("--cluster-name", overrides.cluster_name),
+        "bootstrap_servers": ("--bootstrap-servers", overrides.bootstrap_servers),
+    }
+    given_flags = {k: v for k, v in cluster_flags.items() if v[1] is not None}
+    if cluster_env or given_flags:
+        if len(clusters) > 1:
+            first = next(iter(cluster_env), None) or next(iter(given_flags.values()))[0]
+            raise ConfigError(
+                f"{first}: single-cluster overrides need exactly one cluster in the config "
+                f"file, found {len(clusters)}"
+            )
+        if not clusters:
+            clusters.append({"name": "default"})
+        target = clusters[0]
+        for name, value in cluster_env.items():
+            keys = cluster_vars[name]
+            if len(keys) == 1:
+                target[keys[0]] = _CLUSTER_FIELDS[keys[0]](value, name)
+            else:
+                section, key = keys
+                target.setdefault(section, {})[key] = _NESTED_CLUSTER_FIELDS[section][key](
+                    value, name
+                )
+        for key, (flag, value) in given_flags.items():
+            target[key] = _CLUSTER_FIELDS[key](value, flag)
+
+    if not clusters:
+        raise ConfigError(
+            "clusters: no cluster configured (give --config FILE with a 'clusters' list, or "
+            "--bootstrap-servers / KTE_CLUSTER_BOOTSTRAP_SERVERS)"
+        )
+    built = tuple(_build_cluster(c, f"clusters[{i}]", env) for i, c in enumerate(clusters))
+    seen: set[str] = set()
+    for index, cluster in enumerate(built):
+        if cluster.name in seen:
+            raise ConfigError(f"clusters[{index}].name: duplicate cluster name {cluster.name!r}")
+        seen.add(cluster.name)
+
+    web_settings = WebSettings(**web)
+    if web_settings.web_config_file is not None:
+        # Parse and check the exporter-toolkit web config now, so a bad one stops start-up.
+        from exporter.expose.http import load_web_config
+
+        load_web_config(web_settings.web_config_file)
+    return ExporterSettings(
+        clusters=built,
+        web=web_settings,
+        log_format=log.get("format", "auto"),
+        log_level=log.get("level", "info"),
+    )
+
+
+def _admin_password_envs(admin: Any) -> set[str]:
+    """Variables named by admin.clusters[].sasl.password_env are not typos either."""
+    names: set[str] = set()
+    entries = admin.get("clusters") if isinstance(admin, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        sasl = entry.get("sasl") if isinstance(entry, dict) else None
+        if isinstance(sasl, dict) and isinstance(sasl.get("password_env"), str):
+            names.add(sasl["password_env"])
+    return names
+
+
+def _names_a_password_env(name: str, env: Mapping[str, str]) -> bool:
+    """True when KTE_CLUSTER_SASL_PASSWORD_ENV points at this variable."""
+    return env.get("KTE_CLUSTER_SASL_PASSWORD_ENV") == name
+
+
+def env_help() -> str:
+    """The environment variables, for `--help`."""
+    indent = "    "
+    cluster = textwrap.fill(", ".join(sorted(cluster_env_vars())), width=92,
+                            initial_indent=indent, subsequent_indent=indent)
+    web_log = textwrap.fill(", ".join(WEB_LOG_ENV_VARS), width=92,
+                            initial_indent=indent, subsequent_indent=indent)
+    return (
+        "Environment variables (flags override env, env overrides the file):\n"
+        "  KTE_CONFIG                  path of the YAML config file\n"
+        f"  web and log:\n{web_log}\n"
+        "  single cluster (define it when the file has none, override it when the file has\n"
+        f"  exactly one):\n{cluster}\n"
+        "  KTE_CLUSTER_LABELS takes name=value,name=value; KTE_CLUSTER_BOOTSTRAP_SERVERS takes\n"
+        "  host:port,host:port. Passwords are never given inline: use\n"
+        "  KTE_CLUSTER_SASL_PASSWORD_FILE or KTE_CLUSTER_SASL_PASSWORD_ENV (name of the variable\n"
+        "  holding it). Durations accept seconds or strings like 30s, 5m, 1h."
+    )

@@ -1,0 +1,156 @@
+"""`kafka-txn-exporter demo`: the exporter on an embedded simulated cluster with live traffic.
+
+What it runs: a 3-broker `SimCluster` (transaction.max.timeout.ms = 60000, like the reference
+capture's broker), a `Workload` of committed, aborted and long-running transactions, and after
+`HANGING_AFTER_SECONDS` one hanging transaction made like the capture's hang-1 (a transactional
+Produce to a partition never added with AddPartitionsToTxn, so the coordinator never tracks it).
+With `late_buffer_seconds` = 15 the hanging transaction is late once it is older than
+60 s + 15 s (reference: the broker's late rule, now - T > transaction.max.timeout.ms + buffer),
+so `kafka_partitions_with_late_transactions` turns 1 about 95 s after start.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import TextIO
+
+from exporter.config import ConfigError, parse_port
+from exporter.expose.http import MetricsServer
+from exporter.logs import configure_logging, get_logger
+from exporter.settings import ClusterSettings, ExporterSettings, WebSettings
+
+DEMO_TRANSACTION_MAX_TIMEOUT_MS = 60_000
+DEMO_LATE_BUFFER_SECONDS = 15.0
+DEMO_POLL_INTERVAL_SECONDS = 5.0
+HANGING_AFTER_SECONDS = 15.0
+WORKLOAD_TOPIC = "demo-orders"
+WORKLOAD_PARTITIONS = 6
+HANGING_TOPIC = "demo-payments"
+HANGING_PARTITIONS = 3
+
+
+def demo_cluster_settings(bootstrap_servers: str) -> ClusterSettings:
+    return ClusterSettings(
+        name="demo",
+        bootstrap_servers=tuple(bootstrap_servers.split(",")),
+        client_id="kafka-txn-exporter-demo",
+        poll_interval_seconds=DEMO_POLL_INTERVAL_SECONDS,
+        request_timeout_seconds=5.0,
+        late_buffer_seconds=DEMO_LATE_BUFFER_SECONDS,
+        min_reported_duration_seconds=5.0,
+        config_refresh_seconds=300.0,
+        labels={"env": "demo"},
+    )
+
+
+def _banner(url_base: str, out: TextIO) -> None:
+    out.write(
+        f"""
+kafka-txn-exporter demo is running.
+  status:    {url_base}/
+  metrics:   {url_base}/metrics
+  readiness: {url_base}/readyz
+Watch the interesting series (a hanging transaction starts after ~{HANGING_AFTER_SECONDS:.0f}s and
+becomes late after ~{DEMO_TRANSACTION_MAX_TIMEOUT_MS // 1000 + DEMO_LATE_BUFFER_SECONDS:.0f}s more):
+  curl -s {url_base}/metrics | grep -E '^kafka_(partitions_with_|late_transaction|cluster_max)'
+Stop with Ctrl-C.
+
+"""
+    )
+    out.flush()
+
+
+def run_demo(
+    *,
+    listen_address: str = "127.0.0.1",
+    port: str | int = 9981,
+    log_format: str = "auto",
+    log_level: str = "info",
+    duration_seconds: float | None = None,
+    stop: threading.Event | None = None,
+    out: TextIO | None = None,
+    on_started: Callable[[MetricsServer], None] | None = None,
+) -> int:
+    """Start the simulator, the workload and the exporter; clean everything up on exit."""
+    from exporter.cli import serve
+    from exporter.sim.cluster import SimCluster
+    from exporter.sim.workload import Workload, hanging_transaction
+
+    web_port = parse_port(port, "--web.port")
+    if log_level not in ("debug", "info", "warning", "error", "critical"):
+        raise ConfigError(f"--log.level: unknown level {log_level!r}")
+    configure_logging(log_format, log_level)
+    log = get_logger("exporter.demo")
+    out = sys.stdout if out is None else out
+    stop = stop or threading.Event()
+
+    sim = SimCluster(
+        brokers=3,
+        topics={WORKLOAD_TOPIC: WORKLOAD_PARTITIONS, HANGING_TOPIC: HANGING_PARTITIONS},
+        broker_config={
+            "transaction.max.timeout.ms": str(DEMO_TRANSACTION_MAX_TIMEOUT_MS),
+            # As the reference capture's broker: otherwise the broker refuses the Produce that
+            # makes the hanging transaction (it verifies partitions with the coordinator).
+            "transaction.partition.verification.enable": "false",
+        },
+    ).start()
+    workload: Workload | None = None
+    timers: list[threading.Timer] = []
+    try:
+        bootstrap = sim.bootstrap_servers
+        log.info("demo_cluster_started", bootstrap_servers=bootstrap)
+        workload = Workload(
+            bootstrap,
+            WORKLOAD_TOPIC,
+            partitions=range(WORKLOAD_PARTITIONS),
+            transactions_per_second=2.0,
+            abort_ratio=0.2,
+            long_running_ratio=0.15,
+            long_running_ms=40_000,
+            max_open_long_running=3,
+            transaction_timeout_ms=DEMO_TRANSACTION_MAX_TIMEOUT_MS,
+            id_prefix="demo",
+        )
+        workload.start()
+
+        def make_hanging() -> None:
+            try:
+                pid, epoch, offset = hanging_transaction(
+                    bootstrap, "demo-hanging-1", HANGING_TOPIC, 0
+                )
+                log.info("demo_hanging_transaction_created", topic=HANGING_TOPIC, partition=0,
+                         producer_id=pid, producer_epoch=epoch, start_offset=offset)
+            except Exception:
+                log.error("demo_hanging_transaction_failed", exc_info=True)
+
+        timers.append(threading.Timer(HANGING_AFTER_SECONDS, make_hanging))
+        if duration_seconds is not None:
+            timers.append(threading.Timer(duration_seconds, stop.set))
+        for timer in timers:
+            timer.daemon = True
+            timer.start()
+
+        settings = ExporterSettings(
+            clusters=(demo_cluster_settings(bootstrap),),
+            web=WebSettings(listen_address=listen_address, port=web_port),
+            log_format=log_format,
+            log_level=log_level,
+        )
+
+        def started(server: MetricsServer) -> None:
+            host = server.address
+            host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+            host = f"[{host}]" if ":" in host else host
+            _banner(f"http://{host}:{server.port}", out)
+            if on_started is not None:
+                on_started(server)
+
+        return serve(settings, stop=stop, on_started=started)
+    finally:
+        for timer in timers:
+            timer.cancel()
+        if workload is not None:
+            workload.stop(timeout_s=5.0)
+        sim.close()

@@ -1,0 +1,169 @@
+"""`kafka-txn-exporter scan`: one poll, printed like `kafka-transactions.sh find-hanging`.
+
+The table keeps find-hanging's columns (Topic, Partition, ProducerId, ProducerEpoch,
+CoordinatorEpoch, StartOffset, LastTimestamp, Duration(min) where Duration = now -
+LastTimestamp, in whole minutes as the Java tool prints it) and adds Age (seconds since the
+transaction's start, the exporter's measure), TransactionalId and Classification. Rows are the
+*late* transactions; exit status 1 only when one of them is classified hanging.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from exporter.model import Classification, ClusterSnapshot, LateTransaction
+from exporter.settings import ClusterSettings
+
+EXIT_OK = 0
+EXIT_HANGING = 1
+EXIT_ERROR = 2
+
+COLUMNS = (
+    "Topic",
+    "Partition",
+    "ProducerId",
+    "ProducerEpoch",
+    "CoordinatorEpoch",
+    "StartOffset",
+    "LastTimestamp",
+    "Duration(min)",
+    "Age",
+    "TransactionalId",
+    "Classification",
+)
+
+ScanFn = Callable[[ClusterSettings], ClusterSnapshot]
+
+
+def scan_cluster(settings: ClusterSettings) -> ClusterSnapshot:
+    """One real poll + analyze of one cluster."""
+    from exporter.analyze import analyze
+    from exporter.collect.poll import ClusterPoller
+
+    poller = ClusterPoller(settings)
+    try:
+        return analyze(poller.poll(), settings)
+    finally:
+        poller.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ScanRow:
+    cluster: str
+    late: LateTransaction
+    observed_at_ms: int
+
+    @property
+    def duration_minutes(self) -> int:
+        """find-hanging's Duration(min): now - LastTimestamp, truncated to minutes."""
+        return max(0, self.observed_at_ms - self.late.transaction.last_timestamp_ms) // 60_000
+
+    def as_dict(self) -> dict[str, Any]:
+        txn = self.late.transaction
+        return {
+            "cluster": self.cluster,
+            "topic": txn.topic,
+            "partition": txn.partition,
+            "producer_id": txn.producer_id,
+            "producer_epoch": txn.producer_epoch,
+            "coordinator_epoch": txn.coordinator_epoch,
+            "start_offset": txn.current_txn_start_offset,
+            "last_timestamp_ms": txn.last_timestamp_ms,
+            "duration_minutes": self.duration_minutes,
+            "age_seconds": round(self.late.age_seconds, 3),
+            "start_time_ms": txn.start_time_ms,
+            "start_time_source": str(txn.start_time_source),
+            "transactional_id": self.late.transactional_id,
+            "classification": str(self.late.classification),
+        }
+
+    def cells(self, with_cluster: bool) -> list[str]:
+        txn = self.late.transaction
+        cells = [
+            txn.topic,
+            str(txn.partition),
+            str(txn.producer_id),
+            str(txn.producer_epoch),
+            str(txn.coordinator_epoch),
+            str(txn.current_txn_start_offset),
+            str(txn.last_timestamp_ms),
+            str(self.duration_minutes),
+            f"{self.late.age_seconds:.0f}s",
+            self.late.transactional_id or "-",
+            str(self.late.classification),
+        ]
+        return [self.cluster, *cells] if with_cluster else cells
+
+
+def rows_of(snapshot: ClusterSnapshot) -> list[ScanRow]:
+    rows = [ScanRow(snapshot.cluster, late, snapshot.observed_at_ms)
+            for late in snapshot.late_transactions]
+    return sorted(rows, key=lambda r: (r.late.transaction.topic, r.late.transaction.partition,
+                                       r.late.transaction.current_txn_start_offset))
+
+
+def format_table(rows: Sequence[ScanRow], with_cluster: bool) -> str:
+    header = ["Cluster", *COLUMNS] if with_cluster else list(COLUMNS)
+    lines = [header, *(row.cells(with_cluster) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        " ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def run_scan(
+    clusters: Sequence[ClusterSettings],
+    output: str,
+    out: TextIO,
+    err: TextIO,
+    scan_fn: ScanFn = scan_cluster,
+) -> int:
+    """Poll every cluster once; print; return the exit status (0 ok, 1 hanging, 2 error)."""
+    rows: list[ScanRow] = []
+    errors: dict[str, str] = {}
+    notes: list[str] = []
+    for cluster in clusters:
+        try:
+            snapshot = scan_fn(cluster)
+        except Exception as exc:
+            errors[cluster.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if not snapshot.up:
+            errors[cluster.name] = "cluster not reachable (no broker answered)"
+            continue
+        rows.extend(rows_of(snapshot))
+        if snapshot.unobserved_partitions:
+            notes.append(f"{cluster.name}: {snapshot.unobserved_partitions} partition(s) "
+                         "could not be observed")
+        unknown = sum(1 for late in snapshot.late_transactions
+                      if late.classification is Classification.UNKNOWN)
+        if unknown:
+            notes.append(f"{cluster.name}: {unknown} late transaction(s) could not be "
+                         "classified (coordinator view incomplete)")
+
+    hanging = any(r.late.classification is Classification.HANGING for r in rows)
+    if output == "json":
+        json.dump(
+            {
+                "transactions": [row.as_dict() for row in rows],
+                "hanging": hanging,
+                "errors": errors,
+                "notes": notes,
+            },
+            out,
+            indent=2,
+        )
+        out.write("\n")
+    else:
+        out.write(format_table(rows, with_cluster=len(clusters) > 1) + "\n")
+    for note in notes:
+        err.write(f"note: {note}\n")
+    for name, message in errors.items():
+        err.write(f"error: cluster {name}: {message}\n")
+    if errors:
+        return EXIT_ERROR
+    return EXIT_HANGING if hanging else EXIT_OK

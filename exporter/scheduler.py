@@ -1,0 +1,190 @@
+"""Runs each cluster's poll -> analyze -> publish on a fixed interval (APScheduler 3.x).
+
+One job per cluster with `max_instances=1` (a slow poll is never overlapped by the next one)
+and `coalesce=True` (runs missed while it was slow collapse into one). The first poll starts
+immediately. A poll that raises is logged and recorded as up=0; the scheduler keeps going.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from exporter.expose.collector import SnapshotStore
+from exporter.logs import get_logger
+from exporter.model import Classification, ClusterObservation, ClusterSnapshot
+from exporter.settings import ClusterSettings
+
+
+def _noop() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class ClusterJob:
+    """What the scheduler runs for one cluster; the real wiring is `make_cluster_job`."""
+
+    settings: ClusterSettings
+    poll: Callable[[], ClusterObservation]
+    analyze: Callable[[ClusterObservation], ClusterSnapshot]
+    close: Callable[[], None] = field(default=_noop)
+
+
+def make_cluster_job(settings: ClusterSettings) -> ClusterJob:
+    """Wire the real ClusterPoller and analyze for one cluster."""
+    from exporter.analyze import analyze
+    from exporter.collect.poll import ClusterPoller
+
+    poller = ClusterPoller(settings)
+    return ClusterJob(
+        settings=settings,
+        poll=poller.poll,
+        analyze=lambda obs: analyze(obs, settings),
+        close=poller.close,
+    )
+
+
+def summarize(
+    snapshot: ClusterSnapshot, observation: ClusterObservation | None = None
+) -> dict[str, Any]:
+    """Counts for the one summary log event per poll."""
+    hanging = sum(1 for t in snapshot.late_transactions
+                  if t.classification is Classification.HANGING)
+    summary: dict[str, Any] = {
+        "cluster": snapshot.cluster,
+        "up": snapshot.up,
+        "brokers": len(snapshot.brokers),
+        "brokers_up": sum(1 for b in snapshot.brokers if b.up),
+        "late_transactions": len(snapshot.late_transactions),
+        "hanging_transactions": hanging,
+        "partitions_with_open_transactions": sum(
+            b.partitions_with_open_transactions for b in snapshot.brokers
+        ),
+        "max_active_transaction_duration_seconds": round(
+            snapshot.cluster_max_active_transaction_duration_seconds, 3
+        ),
+        "unobserved_partitions": snapshot.unobserved_partitions,
+        "request_errors": len(snapshot.request_errors),
+    }
+    if observation is not None:
+        summary["partitions"] = len(observation.leaders)
+        summary["open_transactions"] = len(observation.open_transactions)
+    return summary
+
+
+class PollScheduler:
+    """Owns the BackgroundScheduler and the per-cluster jobs."""
+
+    def __init__(
+        self,
+        jobs: Sequence[ClusterJob],
+        store: SnapshotStore,
+        *,
+        misfire_grace_time_seconds: float | None = None,
+    ) -> None:
+        self._jobs = list(jobs)
+        self._store = store
+        self._misfire_grace = misfire_grace_time_seconds
+        self._log = get_logger("exporter.scheduler")
+        self._running_lock = threading.Lock()
+        self._running: dict[str, int] = {}
+        self._idle = threading.Condition(self._running_lock)
+        self._scheduler = BackgroundScheduler(
+            timezone=UTC,
+            executors={"default": ThreadPoolExecutor(max_workers=max(1, len(self._jobs)))},
+        )
+
+    def start(self) -> None:
+        now = datetime.now(UTC)
+        for job in self._jobs:
+            interval = job.settings.poll_interval_seconds
+            grace = self._misfire_grace
+            if grace is None:
+                grace = max(1.0, interval)
+            self._scheduler.add_job(
+                self.run_once,
+                trigger="interval",
+                seconds=interval,
+                args=[job],
+                id=f"poll:{job.settings.name}",
+                name=f"poll {job.settings.name}",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=max(1, int(grace)),
+                next_run_time=now,  # first poll immediately
+            )
+        self._scheduler.start()
+        self._log.info("scheduler_started", clusters=[j.settings.name for j in self._jobs])
+
+    def run_once(self, job: ClusterJob) -> None:
+        """One poll of one cluster; never raises (a crash here would only be logged by APS)."""
+        name = job.settings.name
+        with self._running_lock:
+            self._running[name] = self._running.get(name, 0) + 1
+        started = time.monotonic()
+        try:
+            observation = job.poll()
+            polled = time.monotonic()
+            snapshot = job.analyze(observation)
+            finished = time.monotonic()
+            duration = finished - started
+            self._store.publish(snapshot, duration_seconds=duration)
+            self._log.info(
+                "poll_completed",
+                **summarize(snapshot, observation),
+                poll_seconds=round(polled - started, 3),
+                analyze_seconds=round(finished - polled, 3),
+                duration_seconds=round(duration, 3),
+            )
+        except Exception as exc:
+            duration = time.monotonic() - started
+            error = f"{type(exc).__name__}: {exc}"
+            self._store.record_failure(name, error, duration)
+            self._log.error(
+                "poll_failed", cluster=name, error=error,
+                duration_seconds=round(duration, 3), exc_info=True,
+            )
+        finally:
+            with self._running_lock:
+                self._running[name] -= 1
+                self._idle.notify_all()
+
+    def in_flight(self) -> int:
+        with self._running_lock:
+            return sum(self._running.values())
+
+    def shutdown(self, timeout_seconds: float = 3.0) -> bool:
+        """Stop scheduling; wait up to `timeout_seconds` for running polls, then close pollers.
+
+        Returns False when a poll was still running at the deadline (its poller is left
+        open: closing a kafka-python client under a running request is not safe). The
+        caller then exits the process anyway so shutdown stays bounded.
+        """
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        deadline = time.monotonic() + timeout_seconds
+        with self._idle:
+            while any(self._running.values()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._idle.wait(remaining)
+            busy = {n for n, c in self._running.items() if c}
+        for job in self._jobs:
+            if job.settings.name in busy:
+                continue
+            try:
+                job.close()
+            except Exception:
+                self._log.warning("poller_close_failed", cluster=job.settings.name,
+                                  exc_info=True)
+        if busy:
+            self._log.warning("shutdown_timed_out", clusters_still_polling=sorted(busy))
+        return not busy

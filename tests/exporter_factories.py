@@ -1,0 +1,121 @@
+"""Builders of model records for the expose/scheduler/CLI tests (no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from exporter.model import (
+    BrokerSummary,
+    Classification,
+    ClusterObservation,
+    ClusterSnapshot,
+    LateTransaction,
+    OpenTransaction,
+    RequestError,
+    StartTimeSource,
+    TopicPartition,
+)
+
+NOW_MS = 1_795_217_202_597  # the real-kafka capture's FINAL time, for realistic numbers
+
+
+def open_txn(
+    topic: str = "hang-test",
+    partition: int = 0,
+    *,
+    leader_id: int = 1,
+    producer_id: int = 3,
+    producer_epoch: int = 0,
+    coordinator_epoch: int = -1,
+    start_offset: int = 0,
+    age_ms: int = 400_000,
+) -> OpenTransaction:
+    start = NOW_MS - age_ms
+    return OpenTransaction(
+        topic=topic,
+        partition=partition,
+        leader_id=leader_id,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        coordinator_epoch=coordinator_epoch,
+        current_txn_start_offset=start_offset,
+        last_timestamp_ms=start,
+        start_time_ms=start,
+        start_time_source=StartTimeSource.BATCH_TIMESTAMP,
+    )
+
+
+def late(
+    txn: OpenTransaction,
+    classification: Classification = Classification.HANGING,
+    transactional_id: str = "",
+) -> LateTransaction:
+    return LateTransaction(
+        transaction=txn,
+        age_seconds=(NOW_MS - txn.start_time_ms) / 1000.0,
+        classification=classification,
+        transactional_id=transactional_id,
+    )
+
+
+def broker(
+    broker_id: int,
+    *,
+    up: bool = True,
+    open_: int = 0,
+    late_: int = 0,
+    hanging: int = 0,
+    max_timeout_ms: int | None = 60_000,
+    observable: bool = True,
+) -> BrokerSummary:
+    return BrokerSummary(
+        broker_id=broker_id,
+        up=up,
+        partitions_with_open_transactions=open_,
+        partitions_with_late_transactions=late_,
+        partitions_with_hanging_transactions=hanging,
+        transaction_max_timeout_ms=max_timeout_ms,
+        observable=observable,
+    )
+
+
+def snapshot(
+    cluster: str = "c1",
+    *,
+    up: bool = True,
+    brokers: Sequence[BrokerSummary] = (),
+    durations: Mapping[TopicPartition, float] | None = None,
+    late_transactions: Sequence[LateTransaction] = (),
+    transaction_states: Mapping[str, int] | None = None,
+    lso_lag: Mapping[TopicPartition, int] | None = None,
+    unobserved: int = 0,
+    unobserved_by_reason: Mapping[str, int] | None = None,
+    request_errors: Sequence[RequestError] = (),
+    poll_duration_seconds: float = 0.2,
+) -> ClusterSnapshot:
+    durations = dict(durations or {})
+    return ClusterSnapshot(
+        cluster=cluster,
+        observed_at_ms=NOW_MS,
+        up=up,
+        brokers=tuple(brokers),
+        max_active_transaction_duration_seconds=durations,
+        cluster_max_active_transaction_duration_seconds=max(durations.values(), default=0.0),
+        late_transactions=tuple(late_transactions),
+        transaction_states=transaction_states,
+        last_stable_offset_lag=dict(lso_lag or {}),
+        unobserved_partitions=unobserved,
+        request_errors=tuple(request_errors),
+        poll_duration_seconds=poll_duration_seconds,
+        unobserved_by_reason=dict(unobserved_by_reason or {}),
+    )
+
+
+def observation(cluster: str = "c1") -> ClusterObservation:
+    return ClusterObservation(
+        cluster=cluster,
+        observed_at_ms=NOW_MS,
+        brokers=(),
+        leaders={},
+        open_transactions=(),
+    )

@@ -1,0 +1,155 @@
+"""CLI: --version/--help, scan output and exit codes (scan against constructed snapshots)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from exporter_factories import NOW_MS, broker, late, open_txn, snapshot
+
+from exporter import __version__
+from exporter.model import Classification, ClusterSnapshot
+from exporter.scan import COLUMNS, EXIT_ERROR, EXIT_HANGING, EXIT_OK, run_scan
+from exporter.settings import ClusterSettings
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True,
+                          text=True, timeout=30, env=env)
+
+
+def test_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"kafka-txn-exporter {__version__}"
+
+
+def test_help_documents_commands_flags_and_env() -> None:
+    top = run_cli("--help").stdout
+    for word in ("serve", "scan", "demo", "sim", "abort", "KTE_CONFIG",
+                 "KTE_CLUSTER_BOOTSTRAP_SERVERS", "KTE_CLUSTER_SASL_PASSWORD_FILE",
+                 "KTE_WEB_PORT", "KTE_LOG_FORMAT"):
+        assert word in top, word
+    serve = run_cli("serve", "--help").stdout
+    for flag in ("--config", "--web.listen-address", "--web.port", "--log.format",
+                 "--log.level", "--bootstrap-servers"):
+        assert flag in serve, flag
+    scan = run_cli("scan", "--help").stdout
+    assert "--output" in scan and "Duration(min)" in scan
+    assert "--web.port" in run_cli("demo", "--help").stdout
+
+
+def test_no_command_prints_help_and_exits_2() -> None:
+    result = run_cli()
+    assert result.returncode == 2
+    assert "serve" in result.stderr
+
+
+def clusters(*names: str) -> tuple[ClusterSettings, ...]:
+    return tuple(ClusterSettings(name=n, bootstrap_servers=("h:1",)) for n in names)
+
+
+def scan_with(*snaps: ClusterSnapshot | Exception, output: str = "table") -> tuple[int, str, str]:
+    by_name = {}
+    for i, item in enumerate(snaps):
+        by_name[f"c{i + 1}"] = item
+
+    def fake(settings: ClusterSettings) -> ClusterSnapshot:
+        item = by_name[settings.name]
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    out, err = io.StringIO(), io.StringIO()
+    code = run_scan(clusters(*by_name), output, out, err, scan_fn=fake)
+    return code, out.getvalue(), err.getvalue()
+
+
+HANGING = late(open_txn("hang-test", 0, producer_id=3, age_ms=400_000), Classification.HANGING)
+TRACKED = late(open_txn("txn-open", 2, producer_id=2, producer_epoch=1, coordinator_epoch=5,
+                        start_offset=42, age_ms=125_000),
+               Classification.COORDINATOR_TRACKED, "tx-open-1")
+
+
+def test_scan_nothing_late_exits_0_with_header_only() -> None:
+    code, out, _ = scan_with(snapshot("c1", brokers=[broker(1)]))
+    assert code == EXIT_OK
+    assert out.split() == list(COLUMNS)
+
+
+def test_scan_hanging_exits_1_with_find_hanging_columns() -> None:
+    code, out, _ = scan_with(snapshot("c1", brokers=[broker(1)],
+                                      late_transactions=[TRACKED, HANGING]))
+    assert code == EXIT_HANGING
+    header, first, second = out.strip().splitlines()
+    assert header.split() == list(COLUMNS)
+    # sorted by topic: hang-test before txn-open; Duration(min) = (now - LastTimestamp) // 60 s
+    assert first.split() == ["hang-test", "0", "3", "0", "-1", "0",
+                             str(NOW_MS - 400_000), "6", "400s", "-", "hanging"]
+    assert second.split() == ["txn-open", "2", "2", "1", "5", "42", str(NOW_MS - 125_000),
+                              "2", "125s", "tx-open-1", "coordinator_tracked"]
+
+
+def test_scan_only_tracked_late_exits_0() -> None:
+    code, _, _ = scan_with(snapshot("c1", brokers=[broker(1)], late_transactions=[TRACKED]))
+    assert code == EXIT_OK
+
+
+def test_scan_json_output() -> None:
+    code, out, _ = scan_with(snapshot("c1", brokers=[broker(1)], late_transactions=[HANGING]),
+                             output="json")
+    assert code == EXIT_HANGING
+    data = json.loads(out)
+    assert data["hanging"] is True
+    (row,) = data["transactions"]
+    assert row["topic"] == "hang-test" and row["producer_id"] == 3
+    assert row["duration_minutes"] == 6 and row["classification"] == "hanging"
+    assert row["transactional_id"] == "" and row["age_seconds"] == 400.0
+
+
+@pytest.mark.parametrize("failure", [ConnectionError("refused"), None])
+def test_scan_error_exits_2(failure: Exception | None) -> None:
+    item: ClusterSnapshot | Exception = failure or snapshot("c1", up=False)
+    code, _, err = scan_with(item)
+    assert code == EXIT_ERROR
+    assert "cluster c1" in err
+
+
+def test_scan_error_wins_over_hanging_and_multi_cluster_column() -> None:
+    code, out, _ = scan_with(
+        snapshot("c1", brokers=[broker(1)], late_transactions=[HANGING]),
+        ConnectionError("refused"),
+    )
+    assert code == EXIT_ERROR
+    assert out.split()[0] == "Cluster"
+
+
+def test_serve_port_in_use_exits_2() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("serve", "--bootstrap-servers", "127.0.0.1:1", "--web.listen-address",
+                         "127.0.0.1", "--web.port", str(port))
+    assert result.returncode == 2
+    assert f"web: cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_sim_subcommand_delegates_its_arguments() -> None:
+    result = run_cli("sim", "--help")
+    assert result.returncode == 0
+    assert "usage: kafka-txn-exporter sim" in result.stdout
+    assert "--brokers" in result.stdout  # the simulator's own flag, not ours
+
+
+def test_abort_subcommand_delegates_its_arguments() -> None:
+    result = run_cli("abort", "--help")
+    assert result.returncode == 0
+    assert "--start-offset" in result.stdout and "--yes" in result.stdout

@@ -1,0 +1,234 @@
+"""End to end: the real CLI (`serve`, `scan`, `demo`) as a subprocess against a SimCluster.
+
+The hanging transaction is made like the real-broker capture's hang-1 (a transactional Produce
+to a partition never added with AddPartitionsToTxn; /work/shared/reference/real-kafka-4.0), so
+the coordinator lists the id as Empty with no partitions: find-hanging step 5 says hanging.
+Its record CreateTime is backdated past transaction.max.timeout.ms (60 s, the simulator's
+4.0 default as in the capture) + the late buffer, so it is late on the first poll.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.sim.cluster import SimCluster
+from exporter.sim.workload import committed_transaction, hanging_transaction, open_transaction
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "orders"
+HANG_TOPIC = "payments"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimCluster]:
+    cluster = SimCluster(
+        brokers=3,
+        topics={TOPIC: 3, HANG_TOPIC: 2},
+        # as the capture's broker: a hanging transaction needs verification off
+        broker_config={
+            "transaction.partition.verification.enable": "false",
+            "transaction.max.timeout.ms": "60000",
+        },
+    ).start()
+    try:
+        bootstrap = cluster.bootstrap_servers
+        committed_transaction(bootstrap, "e2e-committed", TOPIC, [0])
+        hanging_transaction(bootstrap, "e2e-hang-1", HANG_TOPIC, 1, backdate_ms=400_000)
+        txn = open_transaction(bootstrap, "e2e-open-1", TOPIC, [2], transaction_timeout_ms=60_000)
+        yield cluster
+        txn.close_quietly()
+    finally:
+        cluster.close()
+
+
+def cli_env(sim: SimCluster, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+    env.update(
+        KTE_CLUSTER_NAME="sim",
+        KTE_CLUSTER_BOOTSTRAP_SERVERS=sim.bootstrap_servers,
+        KTE_CLUSTER_POLL_INTERVAL_SECONDS="1s",
+        KTE_CLUSTER_REQUEST_TIMEOUT_SECONDS="5s",
+        KTE_CLUSTER_LATE_BUFFER_SECONDS="10s",
+        KTE_CLUSTER_MIN_REPORTED_DURATION_SECONDS="0",
+        KTE_CLUSTER_LABELS="env=e2e",
+        KTE_LOG_FORMAT="json",
+    )
+    env.update(extra)
+    return env
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def read_listen_url(proc: subprocess.Popen[str], timeout: float = 15.0) -> str:
+    """The `exporter_started` log event carries the bound URL (we listen on port 0)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        if '"exporter_started"' in line:
+            return str(json.loads(line)["listen"]).removesuffix("/metrics")
+    raise AssertionError("exporter did not log exporter_started")
+
+
+def test_serve_reports_the_hanging_transaction_and_stops_on_sigterm(sim: SimCluster) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1",
+         "--web.port", "0"],
+        env=cli_env(sim), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    try:
+        base = read_listen_url(proc)
+        wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "/readyz 200")
+        _, text = http_get(base + "/metrics")
+        s = samples(text)
+        assert s[("kafka_txn_exporter_up", frozenset({("cluster", "sim"), ("env", "e2e")}))] == 1
+        late = {
+            dict(labels)["broker"]: value
+            for (name, labels), value in s.items()
+            if name == "kafka_partitions_with_late_transactions"
+        }
+        assert sorted(late) == ["1", "2", "3"]  # 0 for every broker polled OK ...
+        assert sum(late.values()) == 1  # ... and 1 for the leader of payments-1
+        hanging = sum(v for (n, _), v in s.items()
+                      if n == "kafka_partitions_with_hanging_transactions")
+        assert hanging == 1
+        (age_labels,) = [dict(labels) for (n, labels) in s
+                         if n == "kafka_late_transaction_age_seconds"]
+        assert age_labels["topic"] == HANG_TOPIC and age_labels["partition"] == "1"
+        assert age_labels["classification"] == "hanging"
+        assert age_labels["transactional_id"] in ("", "e2e-hang-1")
+        assert age_labels["env"] == "e2e"
+        cluster_max = s[("kafka_cluster_max_active_transaction_duration_seconds",
+                         frozenset({("cluster", "sim"), ("env", "e2e")}))]
+        assert cluster_max >= 400
+        open_partitions = {dict(labels)["topic"] + "-" + dict(labels)["partition"]
+                           for (n, labels) in s
+                           if n == "kafka_partition_max_active_transaction_duration_seconds"}
+        assert {"payments-1", "orders-2"} <= open_partitions
+    finally:
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0
+    assert time.monotonic() - began < 5.0
+
+
+def test_scan_finds_the_hanging_transaction(sim: SimCluster) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "scan", "--output", "json"],
+        env=cli_env(sim), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    rows = [r for r in data["transactions"] if r["classification"] == "hanging"]
+    assert [(r["topic"], r["partition"]) for r in rows] == [(HANG_TOPIC, 1)]
+    assert rows[0]["duration_minutes"] >= 6  # backdated 400 s, like the capture's find-hanging
+
+    table = subprocess.run(
+        [sys.executable, "-m", "exporter", "scan"],
+        env=cli_env(sim), capture_output=True, text=True, timeout=60,
+    )
+    assert table.returncode == 1
+    header, *lines = table.stdout.strip().splitlines()
+    assert header.split()[:8] == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                                  "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+                                  "Duration(min)"]
+    assert any(re.match(rf"{HANG_TOPIC}\s+1\s", line) for line in lines)
+
+
+def test_demo_starts_serves_and_stops() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "demo", "--web.port", "0", "--duration", "30",
+         "--log.format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("KTE_")},
+    )
+    try:
+        assert proc.stdout is not None
+        base = ""
+        deadline = time.monotonic() + 20
+        while not base and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if match := re.search(r"metrics:\s+(http://\S+)/metrics", line):
+                base = match.group(1)
+        assert base, "demo did not print its metrics URL"
+        wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "demo /readyz 200")
+        text = http_get(base + "/metrics")[1]
+        assert 'kafka_txn_exporter_up{cluster="demo",env="demo"} 1.0' in text
+        assert 'kafka_transaction_max_timeout_seconds{broker="1",cluster="demo",env="demo"} 60.0' \
+            in text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0
+
+
+def test_sigterm_during_a_stuck_poll_exits_within_5_seconds() -> None:
+    """Every response delayed 30 s: the first poll hangs in a request when SIGTERM arrives."""
+    with SimCluster(brokers=1, topics={TOPIC: 1}) as slow:
+        slow.set_latency(30_000)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+        env.update(KTE_CLUSTER_BOOTSTRAP_SERVERS=slow.bootstrap_servers,
+                   KTE_CLUSTER_REQUEST_TIMEOUT_SECONDS="60", KTE_LOG_FORMAT="json")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1",
+             "--web.port", "0"],
+            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )
+        try:
+            base = read_listen_url(proc)
+            time.sleep(0.5)  # let the first poll reach its (delayed) request
+            assert http_get(base + "/readyz")[0] == 503  # the poll is still running
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=10)
+            elapsed = time.monotonic() - began
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert code == 0
+        assert elapsed < 5.0

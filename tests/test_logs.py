@@ -1,0 +1,79 @@
+"""Logging: JSON lines, console mode, redaction of secret-looking keys, the per-poll summary."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+from exporter_factories import broker, observation, snapshot
+
+from exporter.expose.collector import SnapshotStore
+from exporter.logs import REDACTED, configure_logging, get_logger, resolve_format
+from exporter.scheduler import ClusterJob, PollScheduler
+from exporter.settings import ClusterSettings
+
+
+@pytest.fixture(autouse=True)
+def reset_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+
+
+def test_json_lines_with_redaction() -> None:
+    stream = io.StringIO()
+    configure_logging("json", "info", stream=stream)
+    get_logger("t").info("connecting", sasl_password="hunter2", auth={"token": "abc", "user": "u"},
+                         client_secret="x", cluster="c1")
+    get_logger("t").debug("hidden_at_info")
+    (line,) = stream.getvalue().splitlines()
+    event = json.loads(line)
+    assert event["event"] == "connecting" and event["level"] == "info"
+    assert event["sasl_password"] == REDACTED and event["client_secret"] == REDACTED
+    assert event["auth"] == {"token": REDACTED, "user": "u"}
+    assert event["cluster"] == "c1"
+    assert "hunter2" not in stream.getvalue()
+
+
+def test_stdlib_library_logs_use_the_same_renderer() -> None:
+    stream = io.StringIO()
+    configure_logging("json", "info", stream=stream)
+    logging.getLogger("kafka.conn").warning("broker %s down", 3)
+    event = json.loads(stream.getvalue().splitlines()[-1])
+    assert event["event"] == "broker 3 down" and event["level"] == "warning"
+
+
+def test_auto_format_is_console_on_tty_json_otherwise() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert resolve_format("auto", Tty()) == "console"
+    assert resolve_format("auto", io.StringIO()) == "json"
+    stream = Tty()
+    configure_logging("auto", "info", stream=stream)
+    get_logger().info("hello", cluster="c1")
+    assert "hello" in stream.getvalue() and not stream.getvalue().startswith("{")
+
+
+def test_one_summary_event_per_poll() -> None:
+    stream = io.StringIO()
+    configure_logging("json", "info", stream=stream)
+    settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",), poll_interval_seconds=3600)
+    store = SnapshotStore([settings])
+    job = ClusterJob(settings, poll=lambda: observation("c1"),
+                     analyze=lambda obs: snapshot("c1", brokers=[broker(1, open_=2), broker(2)]))
+    PollScheduler([job], store).run_once(job)
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    (summary,) = [e for e in events if e["event"] == "poll_completed"]
+    assert summary["cluster"] == "c1" and summary["up"] is True
+    assert summary["brokers"] == 2 and summary["partitions_with_open_transactions"] == 2
+    for key in ("poll_seconds", "analyze_seconds", "duration_seconds", "late_transactions",
+                "hanging_transactions", "request_errors", "unobserved_partitions"):
+        assert key in summary, key

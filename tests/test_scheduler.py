@@ -1,0 +1,209 @@
+"""The scheduler's own behaviour, with fake poll callables (real functions that block/sleep)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+
+from exporter_factories import broker, observation, snapshot
+
+from exporter.cli import build_registry
+from exporter.expose.collector import SnapshotStore
+from exporter.expose.http import MetricsServer
+from exporter.model import ClusterObservation, ClusterSnapshot, TopicPartition
+from exporter.scheduler import ClusterJob, PollScheduler
+from exporter.settings import ClusterSettings, WebSettings
+
+
+def settings(name: str = "c1", interval: float = 0.05) -> ClusterSettings:
+    return ClusterSettings(name=name, bootstrap_servers=("h:1",), poll_interval_seconds=interval)
+
+
+def job(
+    poll: Callable[[], ClusterObservation],
+    analyze: Callable[[ClusterObservation], ClusterSnapshot] | None = None,
+    name: str = "c1",
+    interval: float = 0.05,
+    close: Callable[[], None] | None = None,
+) -> ClusterJob:
+    return ClusterJob(
+        settings=settings(name, interval),
+        poll=poll,
+        analyze=analyze or (lambda obs: snapshot(obs.cluster, brokers=[broker(1)])),
+        close=close or (lambda: None),
+    )
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def test_first_poll_runs_immediately() -> None:
+    store = SnapshotStore([settings(interval=3600)])
+    sched = PollScheduler([job(lambda: observation("c1"), interval=3600)], store)
+    started = time.monotonic()
+    sched.start()
+    try:
+        wait_for(lambda: store.states()["c1"].up, timeout=3)
+        assert time.monotonic() - started < 2
+    finally:
+        sched.shutdown(1.0)
+
+
+def test_slow_poll_never_overlaps_itself() -> None:
+    """max_instances=1: with a 50 ms interval and a 300 ms poll, runs are strictly serial."""
+    lock = threading.Lock()
+    active = 0
+    max_active = 0
+    runs = 0
+
+    def slow_poll() -> ClusterObservation:
+        nonlocal active, max_active, runs
+        with lock:
+            active += 1
+            max_active = max(max_active, active)
+        time.sleep(0.3)
+        with lock:
+            active -= 1
+            runs += 1
+        return observation("c1")
+
+    store = SnapshotStore([settings()])
+    sched = PollScheduler([job(slow_poll)], store)
+    sched.start()
+    try:
+        wait_for(lambda: runs >= 3)
+    finally:
+        sched.shutdown(2.0)
+    assert max_active == 1
+    assert store.states()["c1"].poll_count >= 3
+
+
+def test_scrape_during_slow_poll_returns_previous_snapshot() -> None:
+    release = threading.Event()
+    second_started = threading.Event()
+    calls = 0
+
+    def poll() -> ClusterObservation:
+        nonlocal calls
+        calls += 1
+        if calls >= 2:
+            second_started.set()
+            release.wait(10)
+        return observation("c1")
+
+    def analyze(obs: ClusterObservation) -> ClusterSnapshot:
+        return snapshot("c1", brokers=[broker(1)],
+                        durations={TopicPartition("t", 0): float(calls)})
+
+    store = SnapshotStore([settings()])
+    server = MetricsServer(WebSettings("127.0.0.1", 0), build_registry(store), store)
+    server.start()
+    sched = PollScheduler([job(poll, analyze)], store)
+    sched.start()
+    try:
+        assert second_started.wait(5)
+        began = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        assert time.monotonic() - began < 1.0  # the scrape did not wait for the poll
+        assert ('kafka_partition_max_active_transaction_duration_seconds'
+                '{cluster="c1",partition="0",topic="t"} 1.0') in text
+        release.set()
+        wait_for(lambda: store.states()["c1"].poll_count >= 2)
+        durations = store.states()["c1"].snapshot
+        assert durations is not None
+        assert durations.max_active_transaction_duration_seconds[TopicPartition("t", 0)] >= 2
+    finally:
+        release.set()
+        sched.shutdown(2.0)
+        server.stop()
+
+
+def test_poll_exception_is_caught_and_up_0_then_recovers() -> None:
+    calls = 0
+
+    def flaky() -> ClusterObservation:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionError("all brokers down")
+        return observation("c1")
+
+    store = SnapshotStore([settings()])
+    failures: list[bool] = []
+    original = store.record_failure
+
+    def spy(cluster: str, error: str, duration_seconds: float) -> None:
+        failures.append(True)
+        assert "ConnectionError: all brokers down" in error
+        original(cluster, error, duration_seconds)
+
+    store.record_failure = spy  # type: ignore[method-assign]
+    sched = PollScheduler([job(flaky)], store)
+    sched.start()
+    try:
+        wait_for(lambda: store.states()["c1"].up)
+    finally:
+        sched.shutdown(1.0)
+    assert failures == [True]
+    assert store.states()["c1"].poll_count >= 2
+
+
+def test_clusters_poll_independently() -> None:
+    """A stuck cluster does not delay another cluster's polls (one worker per cluster)."""
+    release = threading.Event()
+
+    def stuck() -> ClusterObservation:
+        release.wait(10)
+        return observation("slow")
+
+    store = SnapshotStore([settings("slow"), settings("fast")])
+    sched = PollScheduler([job(stuck, name="slow"), job(lambda: observation("fast"),
+                                                        name="fast")], store)
+    sched.start()
+    try:
+        wait_for(lambda: store.states()["fast"].poll_count >= 3)
+        assert store.states()["slow"].poll_count == 0
+    finally:
+        release.set()
+        sched.shutdown(2.0)
+
+
+def test_shutdown_is_bounded_when_a_poll_is_stuck() -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    closed: list[str] = []
+
+    def stuck() -> ClusterObservation:
+        entered.set()
+        release.wait(10)
+        return observation("c1")
+
+    store = SnapshotStore([settings()])
+    sched = PollScheduler([job(stuck, close=lambda: closed.append("c1"))], store)
+    sched.start()
+    assert entered.wait(5)
+    began = time.monotonic()
+    clean = sched.shutdown(timeout_seconds=0.3)
+    elapsed = time.monotonic() - began
+    release.set()
+    assert clean is False
+    assert elapsed < 1.0
+    assert closed == []  # never close a client under a running request
+
+
+def test_shutdown_closes_idle_pollers() -> None:
+    closed: list[str] = []
+    store = SnapshotStore([settings(interval=3600)])
+    sched = PollScheduler([job(lambda: observation("c1"), interval=3600,
+                               close=lambda: closed.append("c1"))], store)
+    sched.start()
+    wait_for(lambda: store.states()["c1"].up)
+    assert sched.shutdown(1.0) is True
+    assert closed == ["c1"]
