@@ -227,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the Kafka simulator alone (arguments go to it; try `sim --help`)",
         add_help=False,
     )
+    sub.add_parser(
+        "spark",
+        help="fleet scans and transaction history on Spark (needs .[spark]; try `spark --help`)",
+        add_help=False,
+    )
     return parser
 
 
@@ -249,15 +254,21 @@ def _config_error(exc: ConfigError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] == "sim":
+    command, rest = (args_list[0], args_list[1:]) if args_list else ("", [])
+    if command == "sim":
         from exporter.sim.main import run_sim
 
-        return run_sim(args_list[1:])
-    if args_list and args_list[0] == "abort":
+        return run_sim(rest)
+    if command == "abort":
         # Imported only here: the daemon's code paths never load the writing module.
         from exporter.abort import run_abort
 
-        return run_abort(args_list[1:])
+        return run_abort(rest)
+    if command == "spark":
+        # Imported only here: pyspark is an optional extra.
+        from exporter.spark.cli import run_spark
+
+        return run_spark(rest)
 
     parser = build_parser()
     args = parser.parse_args(args_list)

@@ -1,0 +1,163 @@
+"""`kafka-txn-exporter spark history|scan`; the lead wires `run_spark` into exporter/cli.py.
+
+Exit status: 0 done; 1 `scan` found at least one cluster down or unpollable (its metrics still
+say up 0);
+2 usage, config or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+EXIT_OK = 0
+EXIT_CLUSTER_FAILED = 1
+EXIT_ERROR = 2
+PROG = "kafka-txn-exporter spark"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Batch jobs on Apache Spark (embedded local[*] by default, or spark-submit).",
+    )
+    sub = parser.add_subparsers(dest="job", metavar="JOB")
+
+    hist = sub.add_parser(
+        "history",
+        help="incidents and late-minute summaries from the Parquet history",
+        description=(
+            "Read the history dataset the daemon writes (exporter.history) and write the "
+            "incidents, late_minutes and top_transactional_ids tables as Parquet and CSV."
+        ),
+    )
+    hist.add_argument("--input", required=True, metavar="DIR", help="history directory")
+    hist.add_argument("--output", required=True, metavar="DIR", help="output directory")
+    hist.add_argument("--top", type=int, default=20, metavar="N",
+                      help="transactional ids per cluster in top_transactional_ids (default 20)")
+    hist.add_argument("--engine", choices=("spark", "pandas"), default="spark",
+                      help="spark (default) or the in-process pandas reference")
+    hist.add_argument("--master", metavar="URL",
+                      help="Spark master (default local[*]; ignored under spark-submit)")
+
+    scan = sub.add_parser(
+        "scan",
+        help="poll many clusters as one Spark job; write a textfile and/or push the metrics",
+        description=(
+            "Poll every cluster in the fleet file (the exporter's YAML config format) once, one "
+            "Spark task per cluster, and write the exporter's metrics in Prometheus text format."
+        ),
+    )
+    scan.add_argument("--fleet", required=True, metavar="FILE", help="YAML file with `clusters`")
+    scan.add_argument("--textfile", metavar="FILE",
+                      help="write metrics here atomically (node_exporter textfile collector; "
+                           "name it *.prom)")
+    scan.add_argument("--pushgateway", metavar="URL",
+                      help="push the metrics to this Pushgateway (e.g. http://pgw:9091)")
+    scan.add_argument("--job", default="kafka-txn-exporter",
+                      help="Pushgateway job label (default kafka-txn-exporter)")
+    scan.add_argument("--cluster", action="append", metavar="NAME",
+                      help="scan only this cluster (repeatable)")
+    scan.add_argument("--master", metavar="URL",
+                      help="Spark master (default local[*]; ignored under spark-submit)")
+    return parser
+
+
+def run_spark(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    if args.job is None:
+        parser.print_help(err)
+        return EXIT_ERROR
+    if args.job == "history":
+        return _history(args, out, err)
+    return _scan(args, out, err)
+
+
+def _history(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from exporter.spark import report
+
+    if args.top < 1:
+        err.write(f"{PROG} history: --top must be at least 1\n")
+        return EXIT_ERROR
+    try:
+        if args.engine == "pandas":
+            local = report.report_from_directory(args.input, args.top)
+            report.write_tables(local.tables(), args.output)
+            lines = report.summary_lines(
+                report.counts_of(local), local.late_minutes, local.top_transactional_ids
+            )
+        else:
+            from exporter.spark import history_job
+            from exporter.spark.session import get_session
+
+            spark = get_session(args.master)
+            result = history_job.build_report(spark, args.input, args.top)
+            history_job.write_tables(result.tables(), args.output)
+            lines = report.summary_lines(
+                result.counts(),
+                result.late_minutes.toPandas(),
+                result.top_transactional_ids.toPandas(),
+            )
+    except report.HistoryNotFound as exc:
+        err.write(f"{PROG} history: {exc}\n")
+        return EXIT_ERROR
+    out.write("\n".join(lines) + f"\nwritten to {args.output}\n")
+    return EXIT_OK
+
+
+def _scan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from exporter.config import ConfigError, load_settings
+
+    if not args.textfile and not args.pushgateway:
+        err.write(f"{PROG} scan: give --textfile and/or --pushgateway\n")
+        return EXIT_ERROR
+    try:
+        settings = load_settings(args.fleet)
+    except ConfigError as exc:
+        err.write(f"{PROG} scan: config error: {exc}\n")
+        return EXIT_ERROR
+    clusters = settings.clusters
+    if args.cluster:
+        unknown = sorted(set(args.cluster) - {c.name for c in clusters})
+        if unknown:
+            err.write(f"{PROG} scan: unknown cluster(s) {', '.join(unknown)}\n")
+            return EXIT_ERROR
+        clusters = tuple(c for c in clusters if c.name in args.cluster)
+    if not clusters:
+        err.write(f"{PROG} scan: {args.fleet} defines no clusters\n")
+        return EXIT_ERROR
+
+    from exporter.spark import scan_job
+    from exporter.spark.session import get_session
+
+    spark = get_session(args.master)
+    scans = scan_job.scan_fleet(spark, clusters)
+    registry = scan_job.registry_for(clusters, scans)
+    if args.textfile:
+        scan_job.write_textfile(registry, args.textfile)
+    if args.pushgateway:
+        try:
+            scan_job.push(registry, args.pushgateway, args.job)
+        except OSError as exc:
+            err.write(f"{PROG} scan: push to {args.pushgateway} failed: {exc}\n")
+            return EXIT_ERROR
+    failed = 0
+    for scan in scans:
+        if scan.snapshot is None:
+            failed += 1
+            out.write(f"{scan.cluster}: poll failed: {scan.error}\n")
+            continue
+        snap = scan.snapshot
+        failed += 0 if snap.up else 1
+        hanging = sum(1 for lt in snap.late_transactions if lt.classification == "hanging")
+        out.write(
+            f"{scan.cluster}: up={int(snap.up)} late={len(snap.late_transactions)} "
+            f"hanging={hanging} oldest={snap.cluster_max_active_transaction_duration_seconds:.0f}s"
+            f" ({scan.duration_seconds:.2f}s)\n"
+        )
+    return EXIT_CLUSTER_FAILED if failed else EXIT_OK
