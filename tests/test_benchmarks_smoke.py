@@ -1,0 +1,137 @@
+"""Smoke tests for benchmarks/: each benchmark runs end to end at a tiny size, so they cannot rot.
+
+They assert the output fields RESULTS.md is built from and that both pollers saw the same
+simulated state (a benchmark comparing different work would be meaningless). No timing is
+asserted: speed is measured by the benchmarks themselves, not by tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO_ROOT / "benchmarks"
+RESULT_PREFIX = "RESULT "
+
+
+def _run(script: str, *args: str) -> tuple[str, list[dict[str, Any]]]:
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    results = [
+        json.loads(line[len(RESULT_PREFIX) :])
+        for line in proc.stdout.splitlines()
+        if line.startswith(RESULT_PREFIX)
+    ]
+    return proc.stdout, results
+
+
+def _assert_machine(machine: dict[str, Any]) -> None:
+    assert machine["nproc"] >= 1
+    assert machine["cpu_model"]
+    assert machine["ram_gib"] > 0
+    assert machine["python"].startswith("3.")
+    assert machine["date_utc"].endswith("UTC")
+
+
+def test_bench_sim_scale_tiny_reports_startup_rss_and_baselines() -> None:
+    stdout, results = _run(
+        "bench_sim_scale.py", "--brokers", "2", "--partitions", "300", "--repeat", "1"
+    )
+    assert len(results) == 1
+    s = results[0]
+    assert s["bench"] == "sim_scale"
+    _assert_machine(s["machine"])
+    assert (s["brokers"], s["partitions"]) == (2, 300)
+    # the seed plan: 10% idempotent, ~1% open transactions incl. long-running and hanging
+    assert s["plan"]["idempotent_partitions"] == 30
+    assert s["plan"]["long_running_transactions"] >= 1
+    assert s["plan"]["hanging_transactions"] >= 1
+    assert s["partitions_with_open_txn"] >= 3
+    # the cluster served a full Metadata: our topics plus __transaction_state
+    assert s["metadata_partitions"] >= 300
+    for key in ("import_rss_mib", "empty_rss_mib", "full_rss_mib", "full_hwm_after_metadata_mib"):
+        assert s[key] > 0, key
+    assert s["full_startup_seconds"] > 0
+    assert s["ratio_rss_full_vs_empty"] > 0
+    assert s["ratio_rss_full_vs_import"] > 0
+    assert "producer_state_rss_mib" in s
+    assert s["meets_rss_target"] is True
+    assert s["meets_startup_target"] is True
+    assert "ratio full/no-producer-state" in stdout
+
+
+def test_bench_poll_tiny_compares_both_pollers_on_the_same_state() -> None:
+    stdout, results = _run(
+        "bench_poll.py",
+        "--brokers", "2",
+        "--partitions", "300",
+        "--latency-ms", "1",
+        "--repeat", "1",
+        "--sweep", "300",
+        "--sweep-brokers", "3",
+    )
+    compare = [r for r in results if r["bench"] == "poll_compare"]
+    sweep = [r for r in results if r["bench"] == "poll_sweep"]
+    assert len(compare) == 1 and len(sweep) == 1
+    c = compare[0]
+    _assert_machine(c["machine"])
+    ours, theirs = c["ours"], c["kafka_python"]
+    assert ours["client"] == "ours" and theirs["client"] == "kafka-python"
+    # same state seen by both: every partition, every open transaction, the late (hanging) ones
+    for key in ("partitions", "open_transactions", "partitions_with_open_txn",
+                "late_transactions", "described_ids", "lso_lag_partitions"):
+        assert ours[key] == theirs[key], key
+    assert ours["partitions"] >= 300
+    assert ours["open_transactions"] >= 3
+    assert ours["late_transactions"] >= 1  # the seeded hanging transaction
+    assert ours["unobserved"] == 0 and ours["request_errors"] == 0
+    for client in (ours, theirs):
+        assert len(client["polls"]) == 2
+        for poll in client["polls"]:
+            assert poll["wall_seconds"] > 0 and poll["cpu_seconds"] > 0
+        assert client["hwm_mib"] > 0
+        assert client["sim_cpu_seconds"] >= 0
+    for key in ("ratio_cold_wall", "ratio_cold_cpu", "ratio_warm_wall", "ratio_warm_cpu",
+                "ratio_peak_rss"):
+        assert c[key] > 0, key
+    assert "describe_producers" in theirs["calls"]
+    p = sweep[0]
+    assert (p["brokers"], p["partitions"]) == (3, 300)
+    assert p["ours_cold_cpu_us_per_partition"] > 0
+    assert p["ours_warm_cpu_us_per_partition"] > 0
+    assert p["kafka_python"] is not None
+    assert p["kafka_python_cold_cpu_us_per_partition"] > 0
+    assert "Sweep" in stdout
+
+
+def test_profile_poll_tiny_reports_gc_share_breakdown_and_top_functions() -> None:
+    stdout, results = _run(
+        "profile_poll.py", "--brokers", "2", "--partitions", "300", "--latency-ms", "1",
+        "--top", "5",
+    )
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "profile_poll"
+    _assert_machine(r["machine"])
+    assert len(r["warm_polls"]) == 2
+    for poll in r["warm_polls"]:
+        assert poll["cpu_seconds"] > 0
+        assert 0 <= poll["gc_cpu_seconds"] <= poll["cpu_seconds"] + 0.01
+    assert r["warm_cpu_seconds_gc_disabled"] > 0
+    b = r["breakdown"]
+    assert b["metadata_bytes"] > 0 and b["describe_producers_requests"] >= 1
+    assert b["metadata_decode_cpu_seconds"] >= 0 and b["parse_metadata_cpu_seconds"] >= 0
+    assert 1 <= len(r["top_own_time"]) <= 5
+    assert all(0 <= row["own_share"] <= 1 for row in r["top_own_time"])
+    assert "top functions by own time" in stdout
