@@ -8,12 +8,14 @@ simulator.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.registry import CollectorRegistry
@@ -25,6 +27,9 @@ from exporter.expose.http import MetricsServer
 from exporter.logs import configure_logging, get_logger
 from exporter.scheduler import ClusterJob, PollScheduler, make_cluster_job
 from exporter.settings import ClusterSettings, ExporterSettings
+
+if TYPE_CHECKING:
+    from exporter.history import HistoryWriter
 
 PROG = "kafka-txn-exporter"
 EXIT_CONFIG_ERROR = 2
@@ -49,6 +54,20 @@ def build_registry(store: SnapshotStore) -> CollectorRegistry:
     return registry
 
 
+def _open_history(settings: ExporterSettings) -> HistoryWriter | None:
+    """The Parquet history writer when `history.directory` is set (needs pyarrow)."""
+    if settings.history.directory is None:
+        return None
+    try:
+        from exporter.history import HistoryWriter
+    except ImportError as exc:
+        raise ConfigError(
+            f"history.directory: writing history needs pyarrow "
+            f"(pip install 'kafka-txn-exporter[history]'): {exc}"
+        ) from exc
+    return HistoryWriter(settings.history.directory, settings.history.retention_days)
+
+
 def serve(
     settings: ExporterSettings,
     *,
@@ -64,6 +83,10 @@ def serve(
     log = get_logger("exporter.serve")
     stop = stop or threading.Event()
     store = SnapshotStore(settings.clusters)
+    try:
+        history = _open_history(settings)
+    except ConfigError as exc:
+        return _config_error(exc)
     jobs: list[ClusterJob] = []
     try:
         for cluster in settings.clusters:
@@ -73,6 +96,8 @@ def serve(
             job.close()
         sys.stderr.write(f"{PROG}: cluster {cluster.name}: cannot create its client: {exc}\n")
         return EXIT_CONFIG_ERROR
+    if history is not None:
+        jobs = [dataclasses.replace(job, record=history.append) for job in jobs]
     try:
         server = MetricsServer(settings.web, build_registry(store), store, config_file)
     except ConfigError as exc:
@@ -111,6 +136,8 @@ def serve(
         pass
     log.info("exporter_stopping")
     clean = scheduler.shutdown(timeout_seconds=SHUTDOWN_POLL_WAIT_SECONDS)
+    if history is not None and clean:
+        history.close()
     server.stop()
     log.info("exporter_stopped", clean=clean)
     if not clean and threading.current_thread() is threading.main_thread():

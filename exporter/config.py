@@ -35,6 +35,7 @@ import yaml
 from exporter.settings import (
     ClusterSettings,
     ExporterSettings,
+    HistorySettings,
     SaslSettings,
     TlsSettings,
     WebSettings,
@@ -293,7 +294,11 @@ _LOG_FIELDS: dict[str, Parser] = {
     "format": _choice(LOG_FORMATS),
     "level": _choice(LOG_LEVELS),
 }
-_TOP_LEVEL_KEYS = ("clusters", "web", "log", "admin")
+_HISTORY_FIELDS: dict[str, Parser] = {
+    "directory": _optional_str,
+    "retention_days": _positive_int,
+}
+_TOP_LEVEL_KEYS = ("clusters", "web", "log", "history", "admin")
 """`admin` holds the abort command's credentials; it is validated by `exporter.abort` (the
 daemon never imports that module) and ignored by `serve`/`scan`."""
 
@@ -467,6 +472,7 @@ def load_settings(
         raise ConfigError(f"admin: expected a mapping, got {_describe(admin)}")
     web = _parse_section(data.get("web") or {}, _WEB_FIELDS, "web")
     log = _parse_section(data.get("log") or {}, _LOG_FIELDS, "log")
+    history = _parse_section(data.get("history") or {}, _HISTORY_FIELDS, "history")
 
     # Environment: web/log, then the single cluster.
     password_envs = {
@@ -551,6 +557,7 @@ def load_settings(
     return ExporterSettings(
         clusters=built,
         web=web_settings,
+        history=HistorySettings(**history),
         log_format=log.get("format", "auto"),
         log_level=log.get("level", "info"),
     )

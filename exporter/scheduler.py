@@ -35,9 +35,14 @@ class ClusterJob:
     poll: Callable[[], ClusterObservation]
     analyze: Callable[[ClusterObservation], ClusterSnapshot]
     close: Callable[[], None] = field(default=_noop)
+    record: Callable[[ClusterObservation, ClusterSnapshot], None] | None = None
+    """Called after each publish (the Parquet history); its failure never fails the poll."""
 
 
-def make_cluster_job(settings: ClusterSettings) -> ClusterJob:
+def make_cluster_job(
+    settings: ClusterSettings,
+    record: Callable[[ClusterObservation, ClusterSnapshot], None] | None = None,
+) -> ClusterJob:
     """Wire the real ClusterPoller and analyze for one cluster."""
     from exporter.analyze import analyze
     from exporter.collect.poll import ClusterPoller
@@ -48,6 +53,7 @@ def make_cluster_job(settings: ClusterSettings) -> ClusterJob:
         poll=poller.poll,
         analyze=lambda obs: analyze(obs, settings),
         close=poller.close,
+        record=record,
     )
 
 
@@ -143,6 +149,8 @@ class PollScheduler:
                 analyze_seconds=round(finished - polled, 3),
                 duration_seconds=round(duration, 3),
             )
+            if job.record is not None:
+                self._record(job, observation, snapshot)
         except Exception as exc:
             duration = time.monotonic() - started
             error = f"{type(exc).__name__}: {exc}"
@@ -155,6 +163,16 @@ class PollScheduler:
             with self._running_lock:
                 self._running[name] -= 1
                 self._idle.notify_all()
+
+    def _record(
+        self, job: ClusterJob, observation: ClusterObservation, snapshot: ClusterSnapshot
+    ) -> None:
+        assert job.record is not None
+        try:
+            job.record(observation, snapshot)
+        except Exception as exc:
+            self._log.error("history_append_failed", cluster=job.settings.name,
+                            error=f"{type(exc).__name__}: {exc}")
 
     def in_flight(self) -> int:
         with self._running_lock:

@@ -49,8 +49,17 @@ class WebSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HistorySettings:
+    """Optional Parquet history of every poll's open transactions (read by `spark history`)."""
+
+    directory: str | None = None
+    retention_days: int = 30
+
+
+@dataclass(frozen=True, slots=True)
 class ExporterSettings:
     clusters: tuple[ClusterSettings, ...]
     web: WebSettings = field(default_factory=WebSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
     log_format: str = "auto"  # auto | json | console
     log_level: str = "info"

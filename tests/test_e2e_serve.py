@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -232,3 +233,28 @@ def test_sigterm_during_a_stuck_poll_exits_within_5_seconds() -> None:
                 proc.kill()
         assert code == 0
         assert elapsed < 5.0
+
+
+def test_serve_appends_history_that_spark_history_reads(sim: SimCluster, tmp_path: Path) -> None:
+    """history.directory in the config: each poll lands in the Parquet history (issue 7)."""
+    from exporter.spark.report import build_report, read_history
+
+    config = tmp_path / "exporter.yaml"
+    history_dir = tmp_path / "history"
+    config.write_text(f"history:\n  directory: {history_dir}\n  retention_days: 7\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--config", str(config),
+         "--web.listen-address", "127.0.0.1", "--web.port", "0"],
+        env=cli_env(sim), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    try:
+        read_listen_url(proc)
+        wait_until(lambda: len(list(history_dir.glob("polls/**/*.parquet"))) >= 2, 20,
+                   "two polls in the history")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    report = build_report(*read_history(history_dir))
+    hanging = report.incidents[report.incidents["hanging"]]
+    assert [(r.topic, r.partition) for r in hanging.itertuples()] == [(HANG_TOPIC, 1)]
+    assert set(report.incidents["cluster"]) == {"sim"}
