@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from simhelpers import CAPTURE_BROKER_CONFIG, MINUTE_MS, SimEnv, cluster_settings, poll_once
 
 from exporter.abort import (
     EXIT_ABORTED,
@@ -31,35 +32,21 @@ from exporter.abort import (
 )
 from exporter.analyze import analyze
 from exporter.collect.connection import BrokerConnection, ConnectionOptions
-from exporter.collect.poll import ClusterPoller
 from exporter.config import ConfigError
 from exporter.model import Classification, TopicPartition
 from exporter.settings import ClusterSettings
 from exporter.sim.cluster import SimCluster
 from exporter.sim.workload import hanging_transaction, open_transaction
 
-BROKER_CONFIG = {
-    "transaction.max.timeout.ms": "60000",
-    "transaction.partition.verification.enable": "false",
-}
-MINUTE_MS = 60_000
 WRITE_TXN_MARKERS = 27
 CLUSTER_AUTHORIZATION_FAILED = 31
 REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
-class Env:
-    sim: SimCluster
+class Env(SimEnv):
     config_file: Path
     settings: ClusterSettings
-
-    @property
-    def bootstrap(self) -> str:
-        return self.sim.bootstrap_servers
-
-    def now_ms(self) -> int:
-        return int(self.sim.clock.now_ms())
 
     def abort(self, *extra: str, topic: str = "t", partition: int = 0,
               start_offset: int = 0) -> tuple[int, str, str]:
@@ -79,16 +66,8 @@ class Env:
         log = self.log(partition)
         return int(log.last_stable_offset), int(log.high_watermark)
 
-    def leader(self, partition: int) -> int:
-        return int(self.sim.call(lambda: self.sim.state.partition("t", partition).leader_id))
-
     def fresh_poll_late(self) -> list[tuple[str, int, int, int, Classification]]:
-        poller = ClusterPoller(self.settings, clock_ms=self.sim.clock.now_ms)
-        try:
-            obs = poller.poll()
-        finally:
-            poller.close()
-        snap = analyze(obs, self.settings)
+        snap = analyze(poll_once(self.sim, self.settings), self.settings)
         return [
             (lt.transaction.topic, lt.transaction.partition, lt.transaction.producer_id,
              lt.transaction.current_txn_start_offset, lt.classification)
@@ -113,15 +92,12 @@ def _write_config(path: Path, bootstrap: str, admin: str | None) -> None:
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
-    with SimCluster(brokers=3, topics={"t": 3}, broker_config=BROKER_CONFIG) as sim:
+    with SimCluster(brokers=3, topics={"t": 3}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
         config_file = tmp_path / "config.yaml"
         _write_config(config_file, sim.bootstrap_servers,
                       "admin:\n  clusters:\n    - name: sim\n      client_id: txn-admin\n")
-        settings = ClusterSettings(
-            name="sim",
-            bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
-            request_timeout_seconds=2.0,
-            late_buffer_seconds=300.0,
+        settings = cluster_settings(
+            sim, "sim", request_timeout_seconds=2.0, late_buffer_seconds=300.0
         )
         yield Env(sim, config_file, settings)
 
@@ -155,7 +131,7 @@ def test_abort_hanging_transaction_lso_advances_and_fresh_poll_shows_it_gone(env
     # The plan names exactly what is written.
     assert _field(out, "Topic") == "t"
     assert _field(out, "Partition") == "0"
-    assert _field(out, "Leader").startswith(f"broker {env.leader(0)} at 127.0.0.1:")
+    assert _field(out, "Leader").startswith(f"broker {env.leader('t', 0)} at 127.0.0.1:")
     assert _field(out, "ProducerId") == str(pid)
     assert _field(out, "ProducerEpoch") == str(epoch)
     # DescribeProducers reports -1 before any marker: Java's orElse(0), never -1.
@@ -201,7 +177,7 @@ def test_refuses_coordinator_tracked_transaction_and_force_overrides(env: Env) -
     txn = open_transaction(env.bootstrap, "tracked-1", "t", [1], transaction_timeout_ms=60_000,
                            now_ms=env.now_ms)
     try:
-        env.sim.block_markers(env.leader(1), True)
+        env.sim.block_markers(env.leader("t", 1), True)
         env.sim.clock.advance(10 * MINUTE_MS)
         start = txn.result().start_offset("t", 1)
         assert env.fresh_poll_late() == [

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from simhelpers import CAPTURE_BROKER_CONFIG
 
 from exporter.sim.cluster import SimCluster
 from exporter.sim.workload import committed_transaction, hanging_transaction, open_transaction
@@ -39,10 +40,7 @@ def sim() -> Iterator[SimCluster]:
         brokers=3,
         topics={TOPIC: 3, HANG_TOPIC: 2},
         # as the capture's broker: a hanging transaction needs verification off
-        broker_config={
-            "transaction.partition.verification.enable": "false",
-            "transaction.max.timeout.ms": "60000",
-        },
+        broker_config=CAPTURE_BROKER_CONFIG,
     ).start()
     try:
         bootstrap = cluster.bootstrap_servers
@@ -55,8 +53,13 @@ def sim() -> Iterator[SimCluster]:
         cluster.close()
 
 
+def environ_without_kte() -> dict[str, str]:
+    """This process's environment minus KTE_* settings, so that only the test's own apply."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+
+
 def cli_env(sim: SimCluster, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+    env = environ_without_kte()
     env.update(
         KTE_CLUSTER_NAME="sim",
         KTE_CLUSTER_BOOTSTRAP_SERVERS=sim.bootstrap_servers,
@@ -107,12 +110,27 @@ def read_listen_url(proc: subprocess.Popen[str], timeout: float = 15.0) -> str:
     raise AssertionError("exporter did not log exporter_started")
 
 
-def test_serve_reports_the_hanging_transaction_and_stops_on_sigterm(sim: SimCluster) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1",
+def start_serve(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """`exporter serve` listening on 127.0.0.1 port 0 (see read_listen_url), logs on stderr."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", *args, "--web.listen-address", "127.0.0.1",
          "--web.port", "0"],
-        env=cli_env(sim), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
+
+
+def stop(proc: subprocess.Popen[str], sig: signal.Signals, timeout: float) -> int:
+    """Send `sig` and return the exit code; a process still running after `timeout` is killed."""
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_serve_reports_the_hanging_transaction_and_stops_on_sigterm(sim: SimCluster) -> None:
+    proc = start_serve(cli_env(sim))
     try:
         base = read_listen_url(proc)
         wait_until(lambda: http_get(base + "/readyz")[0] == 200, 20, "/readyz 200")
@@ -144,12 +162,7 @@ def test_serve_reports_the_hanging_transaction_and_stops_on_sigterm(sim: SimClus
         assert {"payments-1", "orders-2"} <= open_partitions
     finally:
         began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        code = stop(proc, signal.SIGTERM, 10)
     assert code == 0
     assert time.monotonic() - began < 5.0
 
@@ -182,7 +195,7 @@ def test_demo_starts_serves_and_stops() -> None:
         [sys.executable, "-m", "exporter", "demo", "--web.port", "0", "--duration", "30",
          "--log.format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("KTE_")},
+        env=environ_without_kte(),
     )
     try:
         assert proc.stdout is not None
@@ -199,12 +212,7 @@ def test_demo_starts_serves_and_stops() -> None:
         assert 'kafka_transaction_max_timeout_seconds{broker="1",cluster="demo",env="demo"} 60.0' \
             in text
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        code = stop(proc, signal.SIGINT, 15)
     assert code == 0
 
 
@@ -212,25 +220,18 @@ def test_sigterm_during_a_stuck_poll_exits_within_5_seconds() -> None:
     """Every response delayed 30 s: the first poll hangs in a request when SIGTERM arrives."""
     with SimCluster(brokers=1, topics={TOPIC: 1}) as slow:
         slow.set_latency(30_000)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+        env = environ_without_kte()
         env.update(KTE_CLUSTER_BOOTSTRAP_SERVERS=slow.bootstrap_servers,
                    KTE_CLUSTER_REQUEST_TIMEOUT_SECONDS="60", KTE_LOG_FORMAT="json")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1",
-             "--web.port", "0"],
-            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        )
+        proc = start_serve(env)
         try:
             base = read_listen_url(proc)
             time.sleep(0.5)  # let the first poll reach its (delayed) request
             assert http_get(base + "/readyz")[0] == 503  # the poll is still running
-            began = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=10)
-            elapsed = time.monotonic() - began
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            began = time.monotonic()
+            code = stop(proc, signal.SIGTERM, 10)
+            elapsed = time.monotonic() - began
         assert code == 0
         assert elapsed < 5.0
 
@@ -242,18 +243,13 @@ def test_serve_appends_history_that_spark_history_reads(sim: SimCluster, tmp_pat
     config = tmp_path / "exporter.yaml"
     history_dir = tmp_path / "history"
     config.write_text(f"history:\n  directory: {history_dir}\n  retention_days: 7\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(config),
-         "--web.listen-address", "127.0.0.1", "--web.port", "0"],
-        env=cli_env(sim), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
+    proc = start_serve(cli_env(sim), "--config", str(config))
     try:
         read_listen_url(proc)
         wait_until(lambda: len(list(history_dir.glob("polls/**/*.parquet"))) >= 2, 20,
                    "two polls in the history")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert stop(proc, signal.SIGTERM, 10) == 0
     report = build_report(*read_history(history_dir))
     hanging = report.incidents[report.incidents["hanging"]]
     assert [(r.topic, r.partition) for r in hanging.itertuples()] == [(HANG_TOPIC, 1)]

@@ -541,14 +541,7 @@ class BrokerListener:
         try:
             challenge = conn.sasl_server.evaluate(bytes(request.auth_bytes))
         except SaslAuthenticationFailed as exc:
-            log.info(
-                "broker %d: SASL %s authentication failed from %s: %s",
-                self.broker_id,
-                conn.sasl_mechanism,
-                conn.peer,
-                exc,
-            )
-            await asyncio.sleep(self._security.failed_authentication_delay_ms / 1000)
+            await self._authentication_failed(conn, exc)
             await self._send(
                 conn,
                 api_key,
@@ -580,17 +573,24 @@ class BrokerListener:
             challenge = conn.sasl_server.evaluate(token)
         except SaslAuthenticationFailed as exc:
             # No way to report an error without Kafka headers: close after the delay.
-            log.info(
-                "broker %d: SASL %s authentication failed from %s: %s",
-                self.broker_id,
-                conn.sasl_mechanism,
-                conn.peer,
-                exc,
-            )
-            await asyncio.sleep(self._security.failed_authentication_delay_ms / 1000)
+            await self._authentication_failed(conn, exc)
             return False
         self._maybe_complete_sasl(conn)
         return await self._send_payload(conn, SASL_AUTHENTICATE, challenge)
+
+    async def _authentication_failed(
+        self, conn: _Connection, exc: SaslAuthenticationFailed
+    ) -> None:
+        """Log, then hold the answer back for connection.failed.authentication.delay.ms, as
+        Kafka does to slow down password guessing."""
+        log.info(
+            "broker %d: SASL %s authentication failed from %s: %s",
+            self.broker_id,
+            conn.sasl_mechanism,
+            conn.peer,
+            exc,
+        )
+        await asyncio.sleep(self._security.failed_authentication_delay_ms / 1000)
 
     def _maybe_complete_sasl(self, conn: _Connection) -> None:
         server = conn.sasl_server

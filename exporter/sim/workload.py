@@ -2,10 +2,13 @@
 
 Why raw requests: tests and the demo need to know exactly which producer id, epoch, offsets and
 record timestamps a transaction produced, and some states (a hanging transaction, an abandoned
-one) cannot be made with a well-behaved client at all. The requests use the versions kafka-python
-3.0.12's producer sends (InitProducerId v4, AddPartitionsToTxn v3, Produce v9, EndTxn v3), so a
-broker sees the same traffic as from that client; the hanging transaction uses Produce v11 like
-the real-broker capture's hang-1 (tests/data/real-kafka-4.0/README.md).
+one) cannot be made with a well-behaved client at all. Each connection negotiates with ApiVersions
+as a real client does and sends, per API, the highest version kafka-python 3.0.12's classes, the
+broker and this module's preferred maximum all allow. The maxima are the versions kafka-python
+3.0.12's producer sends to a 4.0 broker (InitProducerId v4, AddPartitionsToTxn v3, Produce v9,
+EndTxn v3), so a 4.0 broker sees the same traffic as from that client; the hanging transaction
+prefers Produce v11 like the real-broker capture's hang-1 (tests/data/real-kafka-4.0/README.md),
+which tests/conformance/replay.py reproduces. Older brokers get their own highest version.
 
 Everything here is blocking and thread-safe per object only; `Workload` runs a churn of
 transactions on its own thread for the demo.
@@ -22,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest as _DescribeConfigsRequest
 from kafka.protocol.admin.transactions import DescribeProducersRequest as _DescribeProducersRequest
@@ -41,6 +44,8 @@ from kafka.protocol.producer.transaction import (
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from exporter import __version__
+
 # Imported for their side effect: every response class registers itself by API key.
 _REGISTERED = (
     _DescribeConfigsRequest,
@@ -57,6 +62,8 @@ __all__ = [
     "ProducedBatch",
     "RawKafkaClient",
     "TransactionResult",
+    "VersionRange",
+    "WholeTransactionOptions",
     "Workload",
     "aborted_transaction",
     "build_record_batch",
@@ -69,14 +76,29 @@ __all__ = [
     "response_class",
 ]
 
-# Versions kafka-python 3.0.12's producer uses against a 4.0 broker.
-INIT_PRODUCER_ID_VERSION = 4
-ADD_PARTITIONS_TO_TXN_VERSION = 3
-PRODUCE_VERSION = 9
-END_TXN_VERSION = 3
-HANGING_PRODUCE_VERSION = 11  # as the capture's hang-1
-FIND_COORDINATOR_VERSION = 3
-METADATA_VERSION = 12
+
+class VersionRange(NamedTuple):
+    """The versions of one request this module can send: `lowest` is where the fields it sets
+    exist; `preferred` is the highest it sends even when client and broker know newer ones."""
+
+    lowest: int
+    preferred: int
+
+
+# Preferred maxima: what kafka-python 3.0.12's producer sends to a 4.0 broker.
+INIT_PRODUCER_ID_VERSIONS = VersionRange(0, 4)
+# v4+ is the broker-to-broker batched form (KIP-890), another request shape.
+ADD_PARTITIONS_TO_TXN_VERSIONS = VersionRange(0, 3)
+# transactional_id and record batch v2 exist from v3.
+PRODUCE_VERSIONS = VersionRange(3, 9)
+END_TXN_VERSIONS = VersionRange(0, 3)
+HANGING_PRODUCE_VERSIONS = VersionRange(3, 11)  # v11 as the capture's hang-1
+# key_type from v1; v4+ batches coordinator keys (another request and response shape).
+FIND_COORDINATOR_VERSIONS = VersionRange(1, 3)
+# allow_auto_topic_creation from v4.
+METADATA_VERSIONS = VersionRange(4, 12)
+
+API_VERSIONS = 18
 
 # Kafka error codes used here.
 NONE = 0
@@ -85,6 +107,7 @@ COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 CONCURRENT_TRANSACTIONS = 51
 INVALID_TXN_STATE = 48
+UNSUPPORTED_VERSION = 35
 _RETRIABLE_COORDINATOR_ERRORS = frozenset(
     {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 )
@@ -157,7 +180,9 @@ class RawKafkaClient:
 
     `request()` encodes a kafka-python request object with its header (v1, or v2 for flexible
     versions), reads the framed reply and decodes it with the matching response class.
-    `send_raw()`/`receive_raw()` move bytes verbatim (captured requests).
+    `send_raw()`/`receive_raw()` move bytes verbatim (captured requests). `api_version()` picks
+    a version from the broker's ApiVersions answer, asked once (`negotiate()`): connections
+    that only replay captured bytes never send it, so they carry exactly the captured traffic.
     """
 
     def __init__(
@@ -175,6 +200,7 @@ class RawKafkaClient:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation_ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._broker_versions: dict[int, tuple[int, int]] | None = None
 
     def __enter__(self) -> RawKafkaClient:
         return self
@@ -235,6 +261,53 @@ class RawKafkaClient:
             raise KafkaProtocolError(f"correlation id {got} != {cid}", -1)
         return response
 
+    def negotiate(self) -> dict[int, tuple[int, int]]:
+        """The broker's (min, max) version per API key, from one ApiVersions exchange.
+
+        Sent at kafka-python's highest ApiVersions version, as a client does (KIP-511): a broker
+        that does not know that version answers UNSUPPORTED_VERSION with a v0 body naming its
+        own ApiVersions range (capture 41), and the request is sent again inside that range.
+        """
+        if self._broker_versions is not None:
+            return self._broker_versions
+        version = int(_ApiVersionsRequest.max_version)
+        while True:
+            req = _ApiVersionsRequest[version](
+                client_software_name="kafka-txn-exporter", client_software_version=__version__
+            )
+            payload = self.encode_request(req)
+            raw = self.exchange_raw(payload)
+            # Response header v0 (correlation id), then error_code in every version's body.
+            (error_code,) = struct.unpack_from(">h", raw, 4)
+            answered = 0 if error_code == UNSUPPORTED_VERSION else version
+            resp = response_class(API_VERSIONS, answered).decode(raw, version=answered, header=True)
+            ranges = {
+                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys
+            }
+            if error_code == NONE:
+                self._broker_versions = ranges
+                return ranges
+            broker_max = ranges.get(API_VERSIONS, (0, -1))[1]
+            if error_code != UNSUPPORTED_VERSION or not 0 <= broker_max < version:
+                raise KafkaProtocolError(f"ApiVersions v{version}", error_code)
+            version = broker_max
+
+    def api_version(self, api_key: int, usable: VersionRange) -> int:
+        """Highest version of `api_key` that kafka-python's request class, the broker and
+        `usable` all allow."""
+        cls = request_class(api_key)
+        broker_min, broker_max = self.negotiate().get(api_key, (0, -1))
+        lowest = max(usable.lowest, int(cls.min_version), broker_min)
+        highest = min(usable.preferred, int(cls.max_version), broker_max)
+        if highest < lowest:
+            raise KafkaProtocolError(
+                f"no version of API {api_key} in {usable} that {self.host}:{self.port} "
+                f"(v{broker_min}-v{broker_max}) and kafka-python "
+                f"(v{cls.min_version}-v{cls.max_version}) share",
+                UNSUPPORTED_VERSION,
+            )
+        return highest
+
 
 # ---------------------------------------------------------------------------------------------
 # Record batches
@@ -255,6 +328,8 @@ class ProducedBatch:
 
 Record = tuple[bytes | None, bytes | None, int | None]
 """(key, value, CreateTime in ms or None for 'now')."""
+Records = int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]]
+"""A count of generated records, or (key, value[, CreateTime ms]) tuples."""
 
 
 def build_record_batch(
@@ -290,7 +365,7 @@ def build_record_batch(
 
 
 def _as_records(
-    records: int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]],
+    records: Records,
     prefix: str,
 ) -> list[Record]:
     if isinstance(records, int):
@@ -330,6 +405,11 @@ class _RawCluster:
             client = RawKafkaClient(
                 address[0], address[1], client_id=self._client_id, timeout_s=self._timeout_s
             )
+            try:
+                client.negotiate()  # on connect, as a client's NetworkClient does
+            except BaseException:
+                client.close()
+                raise
             self._clients[address] = client
         return client
 
@@ -348,11 +428,12 @@ class _RawCluster:
         return self.client_at(self._nodes[node_id])
 
     def refresh_metadata(self, topics: Sequence[str]) -> Any:
-        req = MetadataRequest[METADATA_VERSION](
+        client = self.any_client()
+        req = MetadataRequest[client.api_version(MetadataRequest.API_KEY, METADATA_VERSIONS)](
             topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics] or None,
             allow_auto_topic_creation=False,
         )
-        resp = self.any_client().request(req)
+        resp = client.request(req)
         for broker in resp.brokers:
             self._nodes[broker.node_id] = (broker.host, broker.port)
         for topic in resp.topics:
@@ -378,8 +459,10 @@ class _RawCluster:
         """FindCoordinator (key type 1), retrying while __transaction_state is being created."""
         deadline = time.monotonic() + self._timeout_s
         while True:
-            req = FindCoordinatorRequest[FIND_COORDINATOR_VERSION](key=transactional_id, key_type=1)
-            resp = self.any_client().request(req)
+            client = self.any_client()
+            version = client.api_version(FindCoordinatorRequest.API_KEY, FIND_COORDINATOR_VERSIONS)
+            req = FindCoordinatorRequest[version](key=transactional_id, key_type=1)
+            resp = client.request(req)
             if resp.error_code == NONE:
                 self._nodes[resp.node_id] = (resp.host, resp.port)
                 return self.client_at((resp.host, resp.port))
@@ -458,23 +541,25 @@ class _RawProducer:
             time.sleep(0.02)
 
     def init_producer_id(self) -> tuple[int, int]:
-        req = InitProducerIdRequest[INIT_PRODUCER_ID_VERSION](
-            transactional_id=self.transactional_id,
-            transaction_timeout_ms=self.transaction_timeout_ms,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
         result: list[Any] = []
 
         def send(client: RawKafkaClient) -> int:
+            version = client.api_version(InitProducerIdRequest.API_KEY, INIT_PRODUCER_ID_VERSIONS)
+            req = InitProducerIdRequest[version](
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
             resp = client.request(req)
             result[:] = [resp]
             return int(resp.error_code)
 
         if self.transactional_id is None:
-            resp = self._cluster.any_client().request(req)
-            if resp.error_code != NONE:
-                raise KafkaProtocolError("InitProducerId", resp.error_code)
+            code = send(self._cluster.any_client())
+            if code != NONE:
+                raise KafkaProtocolError("InitProducerId", code)
+            resp = result[0]
         else:
             self._retry_coordinator(f"InitProducerId({self.transactional_id})", send)
             resp = result[0]
@@ -488,14 +573,17 @@ class _RawProducer:
         if not todo:
             return
         topic_cls = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
-        req = AddPartitionsToTxnRequest[ADD_PARTITIONS_TO_TXN_VERSION](
-            v3_and_below_transactional_id=self.transactional_id,
-            v3_and_below_producer_id=self.producer_id,
-            v3_and_below_producer_epoch=self.producer_epoch,
-            v3_and_below_topics=[topic_cls(name=topic, partitions=list(todo))],
-        )
 
         def send(client: RawKafkaClient) -> int:
+            api_key = AddPartitionsToTxnRequest.API_KEY
+            req = AddPartitionsToTxnRequest[
+                client.api_version(api_key, ADD_PARTITIONS_TO_TXN_VERSIONS)
+            ](
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=self.producer_id,
+                v3_and_below_producer_epoch=self.producer_epoch,
+                v3_and_below_topics=[topic_cls(name=topic, partitions=list(todo))],
+            )
             resp = client.request(req)
             for t in resp.results_by_topic_v3_and_below:
                 for p in t.results_by_partition:
@@ -513,7 +601,7 @@ class _RawProducer:
         records: Sequence[Record],
         *,
         transactional: bool,
-        version: int = PRODUCE_VERSION,
+        versions: VersionRange = PRODUCE_VERSIONS,
     ) -> ProducedBatch:
         seq = self._sequences.get((topic, partition), 0)
         data, base_ts, max_ts = build_record_batch(
@@ -524,8 +612,9 @@ class _RawProducer:
             transactional=transactional,
             now_ms=self._now_ms,
         )
+        client = self._cluster.leader_client(topic, partition)
         topic_cls = ProduceRequest.TopicProduceData
-        req = ProduceRequest[version](
+        req = ProduceRequest[client.api_version(ProduceRequest.API_KEY, versions)](
             transactional_id=self.transactional_id if transactional else None,
             acks=-1,
             timeout_ms=int(self._timeout_s * 1000),
@@ -536,7 +625,7 @@ class _RawProducer:
                 )
             ],
         )
-        resp = self._cluster.leader_client(topic, partition).request(req)
+        resp = client.request(req)
         part = resp.responses[0].partition_responses[0]
         if part.error_code != NONE:
             raise KafkaProtocolError(f"Produce({topic}-{partition})", part.error_code)
@@ -554,14 +643,13 @@ class _RawProducer:
         return batch
 
     def end_txn(self, commit: bool) -> None:
-        req = EndTxnRequest[END_TXN_VERSION](
-            transactional_id=self.transactional_id,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            committed=commit,
-        )
-
         def send(client: RawKafkaClient) -> int:
+            req = EndTxnRequest[client.api_version(EndTxnRequest.API_KEY, END_TXN_VERSIONS)](
+                transactional_id=self.transactional_id,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                committed=commit,
+            )
             return int(client.request(req).error_code)
 
         self._retry_coordinator(f"EndTxn({self.transactional_id}, commit={commit})", send)
@@ -577,12 +665,12 @@ class _RawProducer:
         )
 
 
-PartitionRecords = dict[int, int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]]]
+PartitionRecords = dict[int, Records]
 
 
 def _per_partition(
     partitions: Sequence[int] | PartitionRecords,
-    records: int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]],
+    records: Records,
 ) -> PartitionRecords:
     if isinstance(partitions, dict):
         return partitions
@@ -621,7 +709,7 @@ class OpenTransaction:
         self,
         topic: str,
         partition: int,
-        records: int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]] = 1,
+        records: Records = 1,
         *,
         one_batch_per_record: bool = True,
     ) -> list[ProducedBatch]:
@@ -670,7 +758,7 @@ def open_transaction(
     topic: str | None = None,
     partitions: Sequence[int] | PartitionRecords = (),
     *,
-    records: int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]] = 1,
+    records: Records = 1,
     transaction_timeout_ms: int = 60000,
     one_batch_per_record: bool = True,
     now_ms: Callable[[], int] | None = None,
@@ -703,30 +791,26 @@ def open_transaction(
     return txn
 
 
+class WholeTransactionOptions(TypedDict, total=False):
+    """`open_transaction`'s options that a whole (committed or aborted) transaction takes."""
+
+    records: Records
+    transaction_timeout_ms: int
+    one_batch_per_record: bool
+    """Default False here: one batch per partition, as a producer that sends before flushing."""
+    now_ms: Callable[[], int] | None
+    timeout_s: float
+
+
 def committed_transaction(
     bootstrap: str | Sequence[str],
     transactional_id: str,
     topic: str,
     partitions: Sequence[int] | PartitionRecords = (0,),
-    *,
-    records: int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]] = 1,
-    transaction_timeout_ms: int = 60000,
-    one_batch_per_record: bool = False,
-    now_ms: Callable[[], int] | None = None,
-    timeout_s: float = 10.0,
+    **options: Unpack[WholeTransactionOptions],
 ) -> TransactionResult:
     """A complete transaction: InitProducerId, AddPartitionsToTxn, Produce, EndTxn(commit)."""
-    return open_transaction(
-        bootstrap,
-        transactional_id,
-        topic,
-        partitions,
-        records=records,
-        transaction_timeout_ms=transaction_timeout_ms,
-        one_batch_per_record=one_batch_per_record,
-        now_ms=now_ms,
-        timeout_s=timeout_s,
-    ).commit()
+    return _whole_transaction(bootstrap, transactional_id, topic, partitions, options).commit()
 
 
 def aborted_transaction(
@@ -734,25 +818,21 @@ def aborted_transaction(
     transactional_id: str,
     topic: str,
     partitions: Sequence[int] | PartitionRecords = (0,),
-    *,
-    records: int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]] = 1,
-    transaction_timeout_ms: int = 60000,
-    one_batch_per_record: bool = False,
-    now_ms: Callable[[], int] | None = None,
-    timeout_s: float = 10.0,
+    **options: Unpack[WholeTransactionOptions],
 ) -> TransactionResult:
     """Like `committed_transaction` but ends with EndTxn(abort)."""
-    return open_transaction(
-        bootstrap,
-        transactional_id,
-        topic,
-        partitions,
-        records=records,
-        transaction_timeout_ms=transaction_timeout_ms,
-        one_batch_per_record=one_batch_per_record,
-        now_ms=now_ms,
-        timeout_s=timeout_s,
-    ).abort()
+    return _whole_transaction(bootstrap, transactional_id, topic, partitions, options).abort()
+
+
+def _whole_transaction(
+    bootstrap: str | Sequence[str],
+    transactional_id: str,
+    topic: str,
+    partitions: Sequence[int] | PartitionRecords,
+    options: WholeTransactionOptions,
+) -> OpenTransaction:
+    whole: WholeTransactionOptions = {"one_batch_per_record": False, **options}
+    return open_transaction(bootstrap, transactional_id, topic, partitions, **whole)
 
 
 def idempotent_producer_write(
@@ -760,7 +840,7 @@ def idempotent_producer_write(
     topic: str,
     partition: int = 0,
     *,
-    records: int | Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]] = 1,
+    records: Records = 1,
     now_ms: Callable[[], int] | None = None,
     timeout_s: float = 10.0,
 ) -> TransactionResult:
@@ -790,8 +870,9 @@ def hanging_transaction(
 ) -> tuple[int, int, int]:
     """A hanging transaction made like the capture's hang-1 -> (producer_id, epoch, start_offset).
 
-    InitProducerId, then a transactional Produce v11 (batch v2, transactional flag, sequence 0,
-    CreateTime = now - backdate_ms) to a partition never added with AddPartitionsToTxn. The
+    InitProducerId, then a transactional Produce v11 (or the leader's highest below it; batch v2,
+    transactional flag, sequence 0, CreateTime = now - backdate_ms) to a partition never added
+    with AddPartitionsToTxn. The
     partition's log holds an open transaction the coordinator never heard of (state Empty), so
     nothing will ever end it. A broker accepts this only with
     transaction.partition.verification.enable=false.
@@ -811,7 +892,7 @@ def hanging_transaction(
         recs: list[Record] = [(k, v, stamp) for k, v in pairs]
         try:
             batch = producer.produce(
-                topic, partition, recs, transactional=True, version=HANGING_PRODUCE_VERSION
+                topic, partition, recs, transactional=True, versions=HANGING_PRODUCE_VERSIONS
             )
         except KafkaProtocolError as exc:
             if exc.error_code == INVALID_TXN_STATE:

@@ -3,13 +3,12 @@ Kafka 4.0 captures in tests/data/real-kafka-4.0."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from kafka.protocol.admin.configs import DescribeConfigsResponse
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+from simhelpers import capture
 
 from exporter.collect.client import (
     batch_partitions,
@@ -19,14 +18,6 @@ from exporter.collect.client import (
     parse_transaction_max_timeout_ms,
 )
 from exporter.model import TopicPartition
-
-CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
-
-
-def capture(name: str) -> dict[str, Any]:
-    path = next(CAPTURES.glob(f"{name}-*.json"))
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 def decode(name: str, response_class: Any) -> Any:

@@ -10,21 +10,24 @@ waiting.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from simhelpers import (
+    CAPTURE_BROKER_CONFIG,
+    MINUTE_MS,
+    PollEnv,
+    cluster_settings,
+    poll_env,
+    poll_once,
+)
 
-from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.model import (
     Classification,
-    ClusterObservation,
-    ClusterSnapshot,
     StartTimeSource,
     TopicPartition,
 )
-from exporter.settings import ClusterSettings, SaslSettings
+from exporter.settings import SaslSettings
 from exporter.sim.cluster import SimCluster
 from exporter.sim.workload import (
     committed_transaction,
@@ -32,54 +35,26 @@ from exporter.sim.workload import (
     open_transaction,
 )
 
-BROKER_CONFIG = {
-    "transaction.max.timeout.ms": "60000",
-    "transaction.partition.verification.enable": "false",
-}
-MINUTE_MS = 60_000
 DESCRIBE_PRODUCERS = 61
 NOT_LEADER_OR_FOLLOWER = 6
 
 
-@dataclass
-class Env:
-    sim: SimCluster
-    poller: ClusterPoller
-    settings: ClusterSettings
-
-    @property
-    def bootstrap(self) -> str:
-        return self.sim.bootstrap_servers
-
-    def now_ms(self) -> int:
-        return int(self.sim.clock.now_ms())
-
-    def poll(self) -> tuple[ClusterObservation, ClusterSnapshot]:
-        obs = self.poller.poll()
-        return obs, analyze(obs, self.settings)
-
-    def leader(self, topic: str, partition: int) -> int:
-        return int(self.sim.call(lambda: self.sim.state.partition(topic, partition).leader_id))
-
-
 @pytest.fixture
-def env() -> Iterator[Env]:
-    with SimCluster(brokers=3, topics={"t": 3}, broker_config=BROKER_CONFIG) as sim:
-        settings = ClusterSettings(
-            name="sim",
-            bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
+def env() -> Iterator[PollEnv]:
+    with (
+        SimCluster(brokers=3, topics={"t": 3}, broker_config=CAPTURE_BROKER_CONFIG) as sim,
+        poll_env(
+            sim,
+            "sim",
             request_timeout_seconds=2.0,
             late_buffer_seconds=300.0,
             min_reported_duration_seconds=0.0,
-        )
-        poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
-        try:
-            yield Env(sim, poller, settings)
-        finally:
-            poller.close()
+        ) as env,
+    ):
+        yield env
 
 
-def test_no_transactions(env: Env) -> None:
+def test_no_transactions(env: PollEnv) -> None:
     obs, snap = env.poll()
     assert obs.open_transactions == ()
     assert obs.unobserved == {}
@@ -94,7 +69,7 @@ def test_no_transactions(env: Env) -> None:
     assert all(b.partitions_with_open_transactions == 0 for b in snap.brokers)
 
 
-def test_short_committed_transactions_are_never_late(env: Env) -> None:
+def test_short_committed_transactions_are_never_late(env: PollEnv) -> None:
     committed_transaction(env.bootstrap, "c-1", "t", [0, 1], now_ms=env.now_ms)
     committed_transaction(env.bootstrap, "c-2", "t", [2], now_ms=env.now_ms)
     env.sim.clock.advance(60 * MINUTE_MS)
@@ -104,7 +79,7 @@ def test_short_committed_transactions_are_never_late(env: Env) -> None:
     assert obs.transaction_states == {"CompleteCommit": 2}
 
 
-def test_hanging_transaction_every_label_right(env: Env) -> None:
+def test_hanging_transaction_every_label_right(env: PollEnv) -> None:
     pid, epoch, start_offset = hanging_transaction(
         env.bootstrap, "hang-1", "t", 0, backdate_ms=30 * MINUTE_MS, now_ms=env.now_ms
     )
@@ -134,7 +109,7 @@ def test_hanging_transaction_every_label_right(env: Env) -> None:
     assert sum(b.partitions_with_late_transactions for b in snap.brokers) == 1
 
 
-def test_late_coordinator_tracked_transaction(env: Env) -> None:
+def test_late_coordinator_tracked_transaction(env: PollEnv) -> None:
     # Markers blocked on the leader: EndTxn(commit) leaves PrepareCommit, partition stays open.
     leader = env.leader("t", 1)
     txn = open_transaction(env.bootstrap, "tracked-1", "t", [1], now_ms=env.now_ms)
@@ -154,7 +129,7 @@ def test_late_coordinator_tracked_transaction(env: Env) -> None:
     assert summary.partitions_with_hanging_transactions == 0
 
 
-def test_two_open_transactions_on_one_partition_oldest_wins(env: Env) -> None:
+def test_two_open_transactions_on_one_partition_oldest_wins(env: PollEnv) -> None:
     older = open_transaction(env.bootstrap, "old-1", "t", [2], now_ms=env.now_ms)
     env.sim.clock.advance(30_000)
     younger = open_transaction(env.bootstrap, "young-1", "t", [2], now_ms=env.now_ms)
@@ -172,7 +147,7 @@ def test_two_open_transactions_on_one_partition_oldest_wins(env: Env) -> None:
         younger.abort()
 
 
-def test_broker_down_partitions_unobserved_rest_intact(env: Env) -> None:
+def test_broker_down_partitions_unobserved_rest_intact(env: PollEnv) -> None:
     down = env.leader("t", 1)
     other = env.leader("t", 0)
     assert down != other
@@ -192,7 +167,7 @@ def test_broker_down_partitions_unobserved_rest_intact(env: Env) -> None:
     assert {b.broker_id: b.up for b in snap.brokers}[down] is False
 
 
-def test_leadership_moved_between_metadata_and_describe_producers(env: Env) -> None:
+def test_leadership_moved_between_metadata_and_describe_producers(env: PollEnv) -> None:
     old = env.leader("t", 0)
     new = next(b for b in env.sim.node_ids if b != old)
     pid, _, _ = hanging_transaction(
@@ -234,7 +209,7 @@ def test_leadership_moved_between_metadata_and_describe_producers(env: Env) -> N
     )
 
 
-def test_moved_coordinator_is_looked_up_again(env: Env) -> None:
+def test_moved_coordinator_is_looked_up_again(env: PollEnv) -> None:
     hanging_transaction(
         env.bootstrap, "hang-1", "t", 0, backdate_ms=30 * MINUTE_MS, now_ms=env.now_ms
     )
@@ -257,7 +232,7 @@ def test_moved_coordinator_is_looked_up_again(env: Env) -> None:
     assert snap.late_transactions[0].classification is Classification.HANGING
 
 
-def test_unauthorised_topic_is_unobserved_and_counted(env: Env) -> None:
+def test_unauthorised_topic_is_unobserved_and_counted(env: PollEnv) -> None:
     env.sim.create_topic("secret", 2)
     env.sim.deny_topic("User:ANONYMOUS", "secret", "READ")
     obs, snap = env.poll()
@@ -273,19 +248,15 @@ def test_unauthorised_topic_is_unobserved_and_counted(env: Env) -> None:
 def test_poll_over_sasl_scram() -> None:
     users = {"exporter": "exporter-secret"}
     with SimCluster(
-        brokers=2, topics={"t": 2}, broker_config=BROKER_CONFIG, sasl_users=users
+        brokers=2, topics={"t": 2}, broker_config=CAPTURE_BROKER_CONFIG, sasl_users=users
     ) as sim:
-        settings = ClusterSettings(
-            name="sasl",
-            bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
+        settings = cluster_settings(
+            sim,
+            "sasl",
             sasl=SaslSettings("SCRAM-SHA-256", "exporter", "exporter-secret"),
             request_timeout_seconds=2.0,
         )
-        poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
-        try:
-            obs = poller.poll()
-        finally:
-            poller.close()
+        obs = poll_once(sim, settings)
     assert [(b.broker_id, b.up) for b in obs.brokers] == [(1, True), (2, True)]
     assert obs.unobserved == {}
     assert obs.request_errors == ()
@@ -293,18 +264,11 @@ def test_poll_over_sasl_scram() -> None:
 
 def test_wrong_sasl_password_marks_brokers_down_without_crashing() -> None:
     with SimCluster(
-        brokers=1, topics={"t": 1}, broker_config=BROKER_CONFIG, sasl_users={"u": "right"}
+        brokers=1, topics={"t": 1}, broker_config=CAPTURE_BROKER_CONFIG, sasl_users={"u": "right"}
     ) as sim:
-        settings = ClusterSettings(
-            name="sasl",
-            bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
-            sasl=SaslSettings("PLAIN", "u", "wrong"),
-            request_timeout_seconds=2.0,
+        settings = cluster_settings(
+            sim, "sasl", sasl=SaslSettings("PLAIN", "u", "wrong"), request_timeout_seconds=2.0
         )
-        poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
-        try:
-            obs = poller.poll()
-        finally:
-            poller.close()
+        obs = poll_once(sim, settings)
     assert obs.brokers == ()
     assert [(e.api, e.error) for e in obs.request_errors] == [("Metadata", "AUTHENTICATION_FAILED")]

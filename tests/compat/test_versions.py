@@ -6,10 +6,10 @@ from 3.0, ListTransactions v1 from 3.8 and v2 from 4.1 (reference: kafka-transac
 "Wire APIs"). The exporter negotiates per broker (ApiVersions) and must never turn a missing
 API into "no late transactions".
 
-Transactions are made with exporter/sim/workload.py. That module speaks fixed request versions
-(Metadata v12, hanging Produce v11); brokers older than those close the connection on them
-(capture 40), so `_client_versions` lowers them to what every broker of the test cluster offers,
-like a real client's negotiation would.
+Transactions are made with exporter/sim/workload.py, which negotiates with ApiVersions on every
+connection like a real client: a broker older than its preferred versions (Metadata v12,
+hanging Produce v11) gets its own highest, never a version it would close the connection on
+(capture 40).
 """
 
 from __future__ import annotations
@@ -26,18 +26,20 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest
+from simhelpers import (
+    CAPTURE_BROKER_CONFIG,
+    MINUTE_MS,
+    PollEnv,
+    cluster_poller,
+    cluster_settings,
+)
 
-from exporter.analyze import analyze, unobserved_reason
-from exporter.collect.poll import ClusterPoller
+from exporter.analyze import unobserved_reason
 from exporter.model import (
     Classification,
-    ClusterObservation,
-    ClusterSnapshot,
     StartTimeSource,
     UnobservedReason,
 )
-from exporter.settings import ClusterSettings
-from exporter.sim import workload
 from exporter.sim.cluster import SimCluster
 from exporter.sim.versions import PROFILES
 from exporter.sim.workload import (
@@ -50,38 +52,17 @@ from exporter.sim.workload import (
 
 RELEASES = ["2.8", "3.0", "3.8", "4.0", "4.1"]
 WITH_COORDINATOR_APIS = {"3.0", "3.8", "4.0", "4.1"}
-# Brokers as in the real-broker capture: 60 s max timeout, partition verification off (3.6+
-# only; older releases do not know the setting and never verify).
-BROKER_CONFIG = {
-    "transaction.max.timeout.ms": "60000",
-    "transaction.partition.verification.enable": "false",
-}
-MINUTE_MS = 60_000
+# Brokers as in the real-broker capture (partition verification is a 3.6+ setting; older
+# releases do not know it and never verify).
+BROKER_CONFIG = CAPTURE_BROKER_CONFIG
 INVALID_TXN_STATE = 48
 PRODUCE, METADATA, DESCRIBE_PRODUCERS, LIST_TRANSACTIONS = 0, 3, 61, 66
 
 
 @dataclass
-class Env:
-    sim: SimCluster
-    poller: ClusterPoller
-    settings: ClusterSettings
+class Env(PollEnv):
     seen: list[tuple[int, int, int]] = field(default_factory=list)
     """(broker id, api key, api version) of every request the brokers answered."""
-
-    @property
-    def bootstrap(self) -> str:
-        return self.sim.bootstrap_servers
-
-    def now_ms(self) -> int:
-        return int(self.sim.clock.now_ms())
-
-    def poll(self) -> tuple[ClusterObservation, ClusterSnapshot]:
-        obs = self.poller.poll()
-        return obs, analyze(obs, self.settings)
-
-    def leader(self, topic: str, partition: int) -> int:
-        return int(self.sim.call(lambda: self.sim.state.partition(topic, partition).leader_id))
 
     def partition_led_by(self, broker_id: int, topic: str = "t") -> int:
         return next(p for p in range(6) if self.leader(topic, p) == broker_id)
@@ -94,23 +75,8 @@ class Env:
         return out
 
 
-def _client_versions(
-    monkeypatch: pytest.MonkeyPatch, release: str, profiles: Mapping[int, str]
-) -> None:
-    """Cap workload's fixed versions at what every broker of the cluster offers."""
-    offered = [PROFILES[release], *(PROFILES[p] for p in profiles.values())]
-
-    def cap(api_key: int, wanted: int) -> int:
-        return min([wanted, *(p.api_versions[api_key][1] for p in offered)])
-
-    monkeypatch.setattr(workload, "METADATA_VERSION", cap(METADATA, workload.METADATA_VERSION))
-    monkeypatch.setattr(
-        workload, "HANGING_PRODUCE_VERSION", cap(PRODUCE, workload.HANGING_PRODUCE_VERSION)
-    )
-
-
 @pytest.fixture
-def make_env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+def make_env() -> Callable[..., Any]:
     @contextmanager
     def make(
         release: str,
@@ -118,7 +84,6 @@ def make_env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
         broker_config: Mapping[str, str] = BROKER_CONFIG,
         request_timeout_seconds: float = 2.0,
     ) -> Iterator[Env]:
-        _client_versions(monkeypatch, release, profiles or {})
         with SimCluster(
             brokers=3,
             topics={"t": 6},
@@ -135,18 +100,15 @@ def make_env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
                 return handle(ctx, request)
 
             sim.call(setattr, state, "handle", recording)
-            settings = ClusterSettings(
-                name="compat",
-                bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
+            settings = cluster_settings(
+                sim,
+                "compat",
                 request_timeout_seconds=request_timeout_seconds,
                 late_buffer_seconds=300.0,
                 min_reported_duration_seconds=0.0,
             )
-            poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
-            try:
+            with cluster_poller(sim, settings) as poller:
                 yield Env(sim, poller, settings, seen)
-            finally:
-                poller.close()
 
     return make
 
@@ -336,6 +298,22 @@ def test_list_transactions_at_the_best_version(
         env.poll()
         assert env.versions_seen(LIST_TRANSACTIONS) == {1: {expected}, 2: {expected}, 3: {expected}}
         assert set().union(*env.versions_seen(DESCRIBE_PRODUCERS).values()) == {0}
+
+
+@pytest.mark.parametrize(
+    ("release", "produce", "metadata"),
+    [("2.8", 9, 11), ("3.0", 9, 11), ("3.8", 11, 12), ("4.0", 11, 12), ("4.1", 11, 12)],
+)
+def test_workload_negotiates_each_request_version(
+    make_env: Callable[..., Any], release: str, produce: int, metadata: int
+) -> None:
+    """The workload's hanging Produce prefers v11 (capture hang-1) and its Metadata v12; an older
+    broker gets its own highest (ApiVersions), where a fixed version would close the
+    connection (capture 40)."""
+    with make_env(release) as env:
+        hanging_transaction(env.bootstrap, "hang-1", "t", 0, now_ms=env.now_ms)
+        assert env.versions_seen(PRODUCE) == {env.leader("t", 0): {produce}}
+        assert set().union(*env.versions_seen(METADATA).values()) == {metadata}
 
 
 # -- mixed clusters (rolling upgrades) --------------------------------------------------------

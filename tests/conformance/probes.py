@@ -13,8 +13,8 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
+from simhelpers import latest_offsets_request
 
 from exporter.sim.workload import RawKafkaClient
 
@@ -70,20 +70,7 @@ def list_transactions(
 
 
 def latest_offset(cluster: Any, topic: str, partition: int, isolation_level: int) -> int:
-    part_cls = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
-    req = ListOffsetsRequest[10](
-        replica_id=-1,
-        isolation_level=isolation_level,
-        topics=[
-            ListOffsetsRequest.ListOffsetsTopic(
-                name=topic,
-                partitions=[
-                    part_cls(partition_index=partition, current_leader_epoch=-1, timestamp=-1)
-                ],
-            )
-        ],
-        timeout_ms=30000,
-    )
+    req = latest_offsets_request(topic, partition, isolation_level, timeout_ms=30000)
     with client_for(cluster) as client:
         resp = client.request(req)
     part = resp.topics[0].partitions[0]
@@ -100,10 +87,10 @@ def topic_id(cluster: Any, topic: str) -> uuid.UUID:
     return uuid.UUID(str(resp.topics[0].topic_id))
 
 
-def fetch_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, Any]]:
-    """Every record batch of the partition (READ_UNCOMMITTED), decoded."""
+def fetch_from_start_request(topic_uuid: uuid.UUID, partition: int) -> Any:
+    """Fetch v17 of a partition from offset 0 (READ_UNCOMMITTED, up to 1 MiB), as capture 26."""
     part_cls = FetchRequest.FetchTopic.FetchPartition
-    req = FetchRequest[17](
+    return FetchRequest[17](
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
@@ -113,7 +100,7 @@ def fetch_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, An
         session_epoch=-1,
         topics=[
             FetchRequest.FetchTopic(
-                topic_id=topic_id(cluster, topic),
+                topic_id=topic_uuid,
                 partitions=[
                     part_cls(
                         partition=partition,
@@ -129,6 +116,23 @@ def fetch_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, An
         forgotten_topics_data=[],
         rack_id="",
     )
+
+
+def control_batch_timestamp(fetch_response: Any, control_type: str) -> int | None:
+    """Max timestamp of the first control batch of `control_type` (COMMIT or ABORT) in a Fetch
+    response, None when there is none."""
+    for topic in fetch_response.responses:
+        for part in topic.partitions:
+            for batch in decode_record_batches(bytes(part.records or b"")):
+                for rec in batch["records"]:
+                    if rec.get("control", {}).get("type") == control_type:
+                        return int(batch["max_timestamp"])
+    return None
+
+
+def fetch_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, Any]]:
+    """Every record batch of the partition (READ_UNCOMMITTED), decoded."""
+    req = fetch_from_start_request(topic_id(cluster, topic), partition)
     with client_for(cluster) as client:
         resp = client.request(req)
     part = resp.responses[0].partitions[0]

@@ -22,6 +22,7 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
+from simhelpers import CAPTURE_BROKER_CONFIG
 
 from exporter.sim.workload import (
     ConnectionClosedError,
@@ -35,13 +36,11 @@ from exporter.sim.workload import (
     response_class,
 )
 
-from .harness import Capture, decode_record_batches, load_captures
+from .harness import Capture, load_captures
+from .probes import control_batch_timestamp, fetch_from_start_request
 
 TOPICS = {"txn-open": 3, "txn-committed": 1, "hang-test": 3}
-BROKER_CONFIG = {
-    "transaction.max.timeout.ms": "60000",
-    "transaction.partition.verification.enable": "false",
-}
+BROKER_CONFIG = CAPTURE_BROKER_CONFIG
 NODE_ID = 1
 HANG_BACKDATE_MS = 400000
 TIMEOUT_AFTER_ADVANCE_MS = 25000
@@ -215,52 +214,14 @@ class Replay:
         resp = self.decoded(file)
         if resp is None:
             return None
-        for topic in resp.responses:
-            for part in topic.partitions:
-                for batch in decode_record_batches(bytes(part.records or b"")):
-                    for rec in batch["records"]:
-                        if rec.get("control", {}).get("type") == control_type:
-                            return int(batch["max_timestamp"])
-        return None
+        return control_batch_timestamp(resp, control_type)
 
     def fetch_marker_timestamp(self, topic: str, partition: int, control_type: str) -> int | None:
         """Extra Fetch (own connection) to read a marker no capture fetched (tx-open-1 ABORT)."""
-        part_cls = FetchRequest.FetchTopic.FetchPartition
-        req = FetchRequest[17](
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic_id=uuid.UUID(self.facts.sim_topic_ids[topic]),
-                    partitions=[
-                        part_cls(
-                            partition=partition,
-                            current_leader_epoch=-1,
-                            fetch_offset=0,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        )
-                    ],
-                )
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        req = fetch_from_start_request(uuid.UUID(self.facts.sim_topic_ids[topic]), partition)
         with RawKafkaClient(self.host, self.port) as client:
             resp = client.request(req)
-        for t in resp.responses:
-            for part in t.partitions:
-                for batch in decode_record_batches(bytes(part.records or b"")):
-                    for rec in batch["records"]:
-                        if rec.get("control", {}).get("type") == control_type:
-                            return int(batch["max_timestamp"])
-        return None
+        return control_batch_timestamp(resp, control_type)
 
     # --- the timeline ------------------------------------------------------------------------
 

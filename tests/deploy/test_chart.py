@@ -80,112 +80,111 @@ _RELABEL: dict[str, Any] = {
 }
 # The subset of monitoring.coreos.com/v1 (prometheus-operator CRDs) that the chart renders;
 # field names and types as in the operator's CRD OpenAPI schema.
-CRD_SCHEMAS: dict[str, dict[str, Any]] = {
-    "ServiceMonitor": {
-        "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "additionalProperties": False,
-        "properties": {
-            "apiVersion": {"const": "monitoring.coreos.com/v1"},
-            "kind": {"const": "ServiceMonitor"},
-            "metadata": _METADATA,
-            "spec": {
+_SERVICE_MONITOR_SPEC: dict[str, Any] = {
+    "type": "object",
+    "required": ["selector", "endpoints"],
+    "additionalProperties": False,
+    "properties": {
+        "jobLabel": {"type": "string"},
+        "namespaceSelector": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "any": {"type": "boolean"},
+                "matchNames": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "selector": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["matchLabels"],
+            "properties": {"matchLabels": _STR_MAP},
+        },
+        "endpoints": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
                 "type": "object",
-                "required": ["selector", "endpoints"],
                 "additionalProperties": False,
+                "required": ["port"],
                 "properties": {
-                    "jobLabel": {"type": "string"},
-                    "namespaceSelector": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "any": {"type": "boolean"},
-                            "matchNames": {"type": "array", "items": {"type": "string"}},
-                        },
-                    },
-                    "selector": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["matchLabels"],
-                        "properties": {"matchLabels": _STR_MAP},
-                    },
-                    "endpoints": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["port"],
-                            "properties": {
-                                "port": {"type": "string"},
-                                "path": {"type": "string"},
-                                "scheme": {"enum": ["http", "https"]},
-                                "interval": {"type": "string", "pattern": _DURATION},
-                                "scrapeTimeout": {"type": "string", "pattern": _DURATION},
-                                "honorLabels": {"type": "boolean"},
-                                "relabelings": {"type": "array", "items": _RELABEL},
-                                "metricRelabelings": {"type": "array", "items": _RELABEL},
-                            },
-                        },
-                    },
+                    "port": {"type": "string"},
+                    "path": {"type": "string"},
+                    "scheme": {"enum": ["http", "https"]},
+                    "interval": {"type": "string", "pattern": _DURATION},
+                    "scrapeTimeout": {"type": "string", "pattern": _DURATION},
+                    "honorLabels": {"type": "boolean"},
+                    "relabelings": {"type": "array", "items": _RELABEL},
+                    "metricRelabelings": {"type": "array", "items": _RELABEL},
                 },
             },
         },
     },
-    "PrometheusRule": {
-        "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "additionalProperties": False,
-        "properties": {
-            "apiVersion": {"const": "monitoring.coreos.com/v1"},
-            "kind": {"const": "PrometheusRule"},
-            "metadata": _METADATA,
-            "spec": {
+}
+_PROMETHEUS_RULE_SPEC: dict[str, Any] = {
+    "type": "object",
+    "required": ["groups"],
+    "additionalProperties": False,
+    "properties": {
+        "groups": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
                 "type": "object",
-                "required": ["groups"],
+                "required": ["name", "rules"],
                 "additionalProperties": False,
                 "properties": {
-                    "groups": {
+                    "name": {"type": "string", "minLength": 1},
+                    "interval": {"type": "string", "pattern": _DURATION},
+                    "rules": {
                         "type": "array",
-                        "minItems": 1,
                         "items": {
                             "type": "object",
-                            "required": ["name", "rules"],
+                            "required": ["expr"],
+                            "oneOf": [
+                                {"required": ["alert"]},
+                                {"required": ["record"]},
+                            ],
                             "additionalProperties": False,
                             "properties": {
-                                "name": {"type": "string", "minLength": 1},
-                                "interval": {"type": "string", "pattern": _DURATION},
-                                "rules": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["expr"],
-                                        "oneOf": [
-                                            {"required": ["alert"]},
-                                            {"required": ["record"]},
-                                        ],
-                                        "additionalProperties": False,
-                                        "properties": {
-                                            "alert": {"type": "string"},
-                                            "record": {"type": "string"},
-                                            "expr": {"type": "string", "minLength": 1},
-                                            "for": {"type": "string", "pattern": _DURATION},
-                                            "keep_firing_for": {
-                                                "type": "string",
-                                                "pattern": _DURATION,
-                                            },
-                                            "labels": _STR_MAP,
-                                            "annotations": _STR_MAP,
-                                        },
-                                    },
+                                "alert": {"type": "string"},
+                                "record": {"type": "string"},
+                                "expr": {"type": "string", "minLength": 1},
+                                "for": {"type": "string", "pattern": _DURATION},
+                                "keep_firing_for": {
+                                    "type": "string",
+                                    "pattern": _DURATION,
                                 },
+                                "labels": _STR_MAP,
+                                "annotations": _STR_MAP,
                             },
                         },
-                    }
+                    },
                 },
             },
-        },
+        }
     },
+}
+
+
+def _monitoring_v1(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A monitoring.coreos.com/v1 object of `kind` with its spec schema."""
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": _METADATA,
+            "spec": spec,
+        },
+    }
+
+
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ServiceMonitor": _monitoring_v1("ServiceMonitor", _SERVICE_MONITOR_SPEC),
+    "PrometheusRule": _monitoring_v1("PrometheusRule", _PROMETHEUS_RULE_SPEC),
 }
 
 # Values that switch on every optional piece, with three clusters (TLS+SASL, SASL only, plain).

@@ -8,15 +8,11 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
-from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from simhelpers import CAPTURE_BROKER_CONFIG, latest_offsets_request
 
 from exporter.sim.workload import RawKafkaClient
 
 TOPIC = "clients"
-BROKER_CONFIG = {
-    "transaction.max.timeout.ms": "60000",
-    "transaction.partition.verification.enable": "false",
-}
 CLIENT_TIMEOUTS: dict[str, Any] = {"request_timeout_ms": 5000}
 
 
@@ -24,7 +20,9 @@ CLIENT_TIMEOUTS: dict[str, Any] = {"request_timeout_ms": 5000}
 def cluster() -> Iterator[Any]:
     from exporter.sim.cluster import SimCluster
 
-    with SimCluster(brokers=1, node_ids=[1], topics={TOPIC: 2}, broker_config=BROKER_CONFIG) as sim:
+    with SimCluster(
+        brokers=1, node_ids=[1], topics={TOPIC: 2}, broker_config=CAPTURE_BROKER_CONFIG
+    ) as sim:
         yield sim
 
 
@@ -52,20 +50,7 @@ def _producer_ids(admin: Any, partition: int) -> list[Any]:
 
 
 def _latest(cluster: Any, partition: int, isolation_level: int) -> int:
-    part_cls = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
-    req = ListOffsetsRequest[10](
-        replica_id=-1,
-        isolation_level=isolation_level,
-        topics=[
-            ListOffsetsRequest.ListOffsetsTopic(
-                name=TOPIC,
-                partitions=[
-                    part_cls(partition_index=partition, current_leader_epoch=-1, timestamp=-1)
-                ],
-            )
-        ],
-        timeout_ms=5000,
-    )
+    req = latest_offsets_request(TOPIC, partition, isolation_level, timeout_ms=5000)
     host, port = cluster.endpoints[1]
     with RawKafkaClient(host, port) as client:
         return int(client.request(req).topics[0].partitions[0].offset)

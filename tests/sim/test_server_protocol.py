@@ -6,12 +6,10 @@ brokers' logic is replaced by a tiny recording dispatcher so only the network la
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,18 +20,11 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+from simhelpers import capture
 
 from exporter.sim.api import RequestContext
 from exporter.sim.cluster import SimCluster
 from exporter.sim.versions import KAFKA_4_0
-
-CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
-
-
-def capture(name: str) -> dict[str, Any]:
-    path = next(CAPTURES.glob(f"{name}-*.json"))
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 class RecordingDispatcher:

@@ -9,20 +9,28 @@ from typing import Any
 import pytest
 from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+from simhelpers import CAPTURE_BROKER_CONFIG
 
-from exporter.sim.workload import RawKafkaClient, Workload, parse_bootstrap
+from exporter.sim.cluster import SimCluster
+from exporter.sim.workload import (
+    HANGING_PRODUCE_VERSIONS,
+    PRODUCE_VERSIONS,
+    KafkaProtocolError,
+    RawKafkaClient,
+    VersionRange,
+    Workload,
+    parse_bootstrap,
+)
 
-BROKER_CONFIG = {
-    "transaction.max.timeout.ms": "60000",
-    "transaction.partition.verification.enable": "false",
-}
+PRODUCE, ADD_PARTITIONS_TO_TXN, API_VERSIONS = 0, 24, 18
+UNSUPPORTED_VERSION = 35
 
 
 @pytest.fixture
 def cluster() -> Iterator[Any]:
-    from exporter.sim.cluster import SimCluster
-
-    with SimCluster(brokers=1, node_ids=[1], topics={"w": 2}, broker_config=BROKER_CONFIG) as sim:
+    with SimCluster(
+        brokers=1, node_ids=[1], topics={"w": 2}, broker_config=CAPTURE_BROKER_CONFIG
+    ) as sim:
         yield sim
 
 
@@ -31,6 +39,32 @@ def test_parse_bootstrap() -> None:
     assert parse_bootstrap(["[::1]:9092"]) == [("::1", 9092)]
     with pytest.raises(ValueError):
         parse_bootstrap(" , ")
+
+
+@pytest.mark.parametrize(
+    ("release", "api_versions", "produce", "hanging_produce"),
+    [("2.7", (0, 3), 8, 8), ("3.0", (0, 3), 9, 9), ("4.0", (0, 4), 9, 11)],
+)
+def test_raw_client_negotiates_the_highest_shared_version(
+    release: str, api_versions: tuple[int, int], produce: int, hanging_produce: int
+) -> None:
+    """ApiVersions v4 first; a broker that only knows v0-v3 answers UNSUPPORTED_VERSION with its
+    range (capture 41) and is asked again at v3. Then each pick is min(preferred, broker max)."""
+    with SimCluster(brokers=1, profile=release) as sim:
+        host, port = sim.endpoints[1]
+        with RawKafkaClient(host, port) as client:
+            assert client.negotiate()[API_VERSIONS] == api_versions
+            assert client.api_version(PRODUCE, PRODUCE_VERSIONS) == produce
+            assert client.api_version(PRODUCE, HANGING_PRODUCE_VERSIONS) == hanging_produce
+
+
+def test_raw_client_refuses_a_version_range_the_broker_lacks() -> None:
+    """The batched AddPartitionsToTxn (v4+, KIP-890, 3.6+) does not exist on a 3.0 broker."""
+    with SimCluster(brokers=1, profile="3.0") as sim:
+        host, port = sim.endpoints[1]
+        with RawKafkaClient(host, port) as client, pytest.raises(KafkaProtocolError) as raised:
+            client.api_version(ADD_PARTITIONS_TO_TXN, VersionRange(4, 5))
+    assert raised.value.error_code == UNSUPPORTED_VERSION
 
 
 def test_raw_client_round_trip(cluster: Any) -> None:
