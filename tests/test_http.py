@@ -209,7 +209,7 @@ def test_tls_client_certificate_required(pki: Path, store: SnapshotStore) -> Non
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("basic_auth_users: {admin: $2y$10$abc}", "basic_auth_users is not supported yet"),
+        ("basic_auth_users: {admin: $2y$10$abc}", "basic_auth_users.admin: expected a bcrypt hash"),
         ("tls_server_config: {cert_file: server.crt}", "cert_file and key_file are required"),
         ("tls_server_config: {cert_file: nope.crt, key_file: server.key}",
          "tls_server_config.cert_file: file not found"),

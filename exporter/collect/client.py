@@ -272,7 +272,11 @@ def parse_transaction_max_timeout_ms(response: Any) -> int | None:
             return None
         for config in result.configs:
             if config.name == TRANSACTION_MAX_TIMEOUT_CONFIG and config.value is not None:
-                return int(config.value)
+                try:
+                    value = int(config.value)
+                except ValueError:
+                    return None  # not a number: unknown, like an error (never a crash)
+                return value if value > 0 else None
     return None
 
 

@@ -30,6 +30,7 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from exporter.collect.shapes import check_response
 from exporter.settings import SaslSettings, TlsSettings
 
 _SIZE = struct.Struct(">i")
@@ -138,6 +139,13 @@ class BrokerConnection:
             ) from exc
         except OSError as exc:
             raise BrokerUnreachable(f"connect to {self.host}:{self.port}: {exc}") from exc
+        except (OverflowError, ValueError) as exc:
+            # An address no socket can use: a port outside 0-65535, a NUL in the host, a name
+            # IDNA cannot encode. It comes from config or from a broker's Metadata answer; it
+            # is this broker's failure, not the whole poll's.
+            raise BrokerUnreachable(
+                f"connect to {self.host!r}:{self.port}: invalid address: {exc}"
+            ) from exc
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._negotiate_api_versions(timeout)
@@ -286,6 +294,7 @@ class BrokerConnection:
                     continue
                 try:
                     response = response_class.decode(payload, version=version, header=True)
+                    check_response(response, response_class.API_KEY, version)
                 except Exception as exc:
                     future.set_exception(
                         DecodeError(f"cannot decode {response_class.__name__} v{version}: {exc}")

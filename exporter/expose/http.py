@@ -3,21 +3,32 @@
 A thread-per-request WSGI server (prometheus_client's ThreadingWSGIServer) runs in its own
 daemon thread. Handlers only read the `SnapshotStore`'s current state, so a scrape never waits
 for a poll. /metrics is prometheus_client's own WSGI app, which negotiates OpenMetrics vs text
-format from `Accept` and gzip from `Accept-Encoding`. TLS (and client certificates) come from
-an exporter-toolkit web config file (`load_web_config`).
+format from `Accept` and gzip from `Accept-Encoding`; concurrent identical scrapes share one
+render (`SingleFlight`). TLS (and client certificates) and basic
+auth (bcrypt hashes, `basic_auth_users`) come from an exporter-toolkit web config file
+(`load_web_config`). prometheus_client has no server-side authentication, so basic auth is a
+WSGI wrapper (`BasicAuth`) around the whole app.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+import secrets
 import socket
 import ssl
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
+import bcrypt
 import yaml
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
@@ -40,7 +51,7 @@ def make_app(
     `/` is the status page (exporter.expose.status); `config_file` goes into its abort
     command lines.
     """
-    metrics_app = make_wsgi_app(registry)
+    metrics_app = SingleFlight(make_wsgi_app(registry))
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/") or "/"
@@ -79,6 +90,62 @@ def make_app(
     return app
 
 
+class _Flight:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.response: tuple[str, list[tuple[str, str]], bytes] | None = None
+
+
+class SingleFlight:
+    """Concurrent identical /metrics requests share one render.
+
+    Rendering is CPU-bound Python (~35 ms for 1,000 late transactions on one core): 50
+    scrapers arriving together would each render the same snapshot, serialized by the GIL, so
+    the last waits 50 renders. A request that arrives while an identical one (same method,
+    query, Accept, Accept-Encoding) is being rendered waits for that render and gets its bytes
+    instead. Nothing is cached beyond that: a request arriving after a render finished renders
+    afresh, so data are never older than the render already under way when it arrived.
+    """
+
+    def __init__(self, app: WsgiApp) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._flights: dict[tuple[str, ...], _Flight] = {}
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        key = tuple(str(environ.get(name, "")) for name in (
+            "REQUEST_METHOD", "QUERY_STRING", "HTTP_ACCEPT", "HTTP_ACCEPT_ENCODING"))
+        with self._lock:
+            flight = self._flights.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+        if leader:
+            try:
+                flight.response = self._render(environ)
+            finally:
+                with self._lock:
+                    del self._flights[key]
+                flight.done.set()
+        else:
+            flight.done.wait()
+        if flight.response is None:  # the leader failed: render for this request alone
+            flight.response = self._render(environ)
+        status, headers, body = flight.response
+        start_response(status, list(headers))
+        return [body]
+
+    def _render(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+        captured: list[Any] = []
+
+        def capture(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            captured[:] = [status, headers]
+            return lambda _data: None
+
+        body = b"".join(self._app(environ, capture))
+        return captured[0], captured[1], body
+
+
 def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
     data = body.encode()
     start_response(
@@ -88,8 +155,16 @@ def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
     return [data]
 
 
+HTTP_IDLE_TIMEOUT_SECONDS = 30.0
+"""Per socket read/write. Without it a client that connects and sends nothing (or stops
+reading) holds a thread and a file descriptor forever: enough of them exhaust the process."""
+
+
 class _QuietHandler(WSGIRequestHandler):
-    """Request lines go to debug-level structured logs instead of stderr."""
+    """Request lines go to debug-level structured logs instead of stderr; idle clients are
+    dropped after HTTP_IDLE_TIMEOUT_SECONDS (StreamRequestHandler applies `timeout`)."""
+
+    timeout = HTTP_IDLE_TIMEOUT_SECONDS
 
     def log_message(self, format: str, *args: Any) -> None:
         get_logger("exporter.http").debug("http_request", message=format % args)
@@ -105,8 +180,8 @@ def _best_family(address: str, port: int) -> tuple[socket.AddressFamily, str]:
 # --------------------------------------------------------------------------- web config
 # The Prometheus exporter-toolkit web config file format (the same file node_exporter & co
 # take with --web.config.file). Implemented: tls_server_config (cert_file, key_file,
-# client_auth_type, client_ca_file, min_version, max_version) and http_server_config.headers.
-# basic_auth_users needs bcrypt, which is not a dependency yet: it is rejected, never ignored.
+# client_auth_type, client_ca_file, min_version, max_version), http_server_config.headers and
+# basic_auth_users (user -> bcrypt hash). Any other key is rejected, never ignored.
 
 _TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -123,6 +198,7 @@ _UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert")
 _TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
              "max_version")
 TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
+LISTEN_BACKLOG = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +207,8 @@ class WebConfig:
 
     ssl_context: ssl.SSLContext | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    basic_auth_users: Mapping[str, bytes] = field(default_factory=dict)
+    """user -> bcrypt hash; empty means no authentication."""
 
 
 def _resolve(base: Path, name: Any, where: str) -> str:
@@ -155,13 +233,9 @@ def load_web_config(path: str) -> WebConfig:
         raise ConfigError(f"{prefix}: expected a mapping in {path!r}")
     base = Path(path).parent
     for key in data:
-        if key == "basic_auth_users":
-            raise ConfigError(
-                f"{prefix}: basic_auth_users is not supported yet (needs bcrypt); "
-                "put an authenticating proxy in front or use client certificates"
-            )
-        if key not in ("tls_server_config", "http_server_config"):
+        if key not in ("tls_server_config", "http_server_config", "basic_auth_users"):
             raise ConfigError(f"{prefix}: unknown key {key!r}")
+    users = _basic_auth_users(data.get("basic_auth_users"), f"{prefix}: basic_auth_users")
 
     headers: dict[str, str] = {}
     http_cfg = data.get("http_server_config") or {}
@@ -180,7 +254,7 @@ def load_web_config(path: str) -> WebConfig:
 
     tls_cfg = data.get("tls_server_config")
     if tls_cfg is None:
-        return WebConfig(None, headers)
+        return WebConfig(None, headers, users)
     where = f"{prefix}: tls_server_config"
     if not isinstance(tls_cfg, dict):
         raise ConfigError(f"{where}: expected a mapping")
@@ -223,7 +297,121 @@ def load_web_config(path: str) -> WebConfig:
             context.load_verify_locations(cafile=ca)
         except (ssl.SSLError, OSError) as exc:
             raise ConfigError(f"{where}.client_ca_file: cannot load: {exc}") from None
-    return WebConfig(context, headers)
+    return WebConfig(context, headers, users)
+
+
+_BCRYPT_HASH_RE = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+
+
+def _basic_auth_users(raw: Any, where: str) -> dict[str, bytes]:
+    """`{user: bcrypt hash}`; errors name the user, never echo the hash."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of user name to bcrypt hash")
+    users: dict[str, bytes] = {}
+    for user, hashed in raw.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            raise ConfigError(f"{where}: invalid user name {user!r} (a non-empty string "
+                              "without ':')")
+        if not isinstance(hashed, str) or not _BCRYPT_HASH_RE.fullmatch(hashed):
+            raise ConfigError(f"{where}.{user}: expected a bcrypt hash ($2a$, $2b$ or $2y$, "
+                              "60 characters, e.g. from `htpasswd -nBC 10 USER`)")
+        users[user] = hashed.encode("ascii")
+    return users
+
+
+# --------------------------------------------------------------------------- basic auth
+
+UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
+"""Probes stay open: kubelet's httpGet probes send no credentials, and these answer only
+"ok"/"ready" or the names of clusters not polled yet. `/`, `/metrics` and every other path
+(a 404 included) need credentials once `basic_auth_users` is set."""
+AUTH_CACHE_SIZE = 1024
+MAX_CONCURRENT_BCRYPT_CHECKS = 2
+"""A flood of wrong passwords costs at most this many cores (bcrypt is deliberately slow)."""
+_BCRYPT_MAX_PASSWORD_BYTES = 72
+_REALM = 'Basic realm="kafka-txn-exporter", charset="UTF-8"'
+
+
+class BasicAuth:
+    """HTTP basic auth against bcrypt hashes, as Prometheus exporter-toolkit does it.
+
+    bcrypt takes ~50-250 ms per check, too slow for every scrape, so successful checks are
+    cached. The cache key is an HMAC (with a random per-process key) of user, password and
+    stored hash: neither the password nor a fast unkeyed hash of it is kept in memory. Failed
+    checks are never cached. An unknown user is checked against a dummy hash so the response
+    time does not tell which user names exist; bcrypt's own compare is constant-time.
+    """
+
+    def __init__(self, users: Mapping[str, bytes]) -> None:
+        self._users = dict(users)
+        self._cache_key = secrets.token_bytes(32)
+        self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._bcrypt_slots = threading.BoundedSemaphore(MAX_CONCURRENT_BCRYPT_CHECKS)
+        cost = min((int(h[4:6]) for h in self._users.values()), default=10)
+        self._dummy_hash = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(cost))
+
+    def check(self, user: str, password: str) -> bool:
+        """True when `password` matches the user's bcrypt hash."""
+        hashed = self._users.get(user)
+        secret = password.encode("utf-8")
+        digest = hmac.new(
+            self._cache_key,
+            b"\0".join((user.encode("utf-8"), secret, hashed or b"")),
+            hashlib.sha256,
+        ).digest()
+        if hashed is not None:
+            with self._lock:
+                if digest in self._cache:
+                    self._cache.move_to_end(digest)
+                    return True
+        if len(secret) > _BCRYPT_MAX_PASSWORD_BYTES:
+            return False  # bcrypt ignores bytes past 72: refuse rather than truncate
+        with self._bcrypt_slots:
+            ok = bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy_hash)
+        if not ok or hashed is None:
+            return False
+        with self._lock:
+            self._cache[digest] = None
+            if len(self._cache) > AUTH_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return True
+
+    def authorized(self, header: str | None) -> bool:
+        """Check an `Authorization` header value; anything malformed is simply unauthorized."""
+        if not header:
+            return False
+        scheme, _, encoded = header.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            return False
+        user, sep, password = decoded.partition(":")
+        return bool(sep) and self.check(user, password)
+
+    def wrap(self, app: WsgiApp) -> WsgiApp:
+        def wrapped(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "/") or "/"
+            if path in UNAUTHENTICATED_PATHS or self.authorized(
+                environ.get("HTTP_AUTHORIZATION")
+            ):
+                return app(environ, start_response)
+            get_logger("exporter.http").debug(
+                "http_unauthorized", client=str(environ.get("REMOTE_ADDR", "")), path=path
+            )
+            body = b"Unauthorized\n"
+            start_response("401 Unauthorized", [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(body))),
+                ("WWW-Authenticate", _REALM),
+            ])
+            return [body]
+
+        return wrapped
 
 
 def _with_headers(app: WsgiApp, headers: Mapping[str, str]) -> WsgiApp:
@@ -255,6 +443,10 @@ class MetricsServer:
 
         class Server(ThreadingWSGIServer):
             address_family = family
+            # socketserver's default backlog is 5: a burst of concurrent scrapers overflows
+            # it and the kernel drops SYNs, which clients retry after 1 s, 3 s, 7 s (seen in
+            # benchmarks/bench_scrape_load.py as p99 of seconds and scrape timeouts).
+            request_queue_size = LISTEN_BACKLOG
 
             def get_request(self) -> tuple[socket.socket, Any]:
                 conn, addr = super().get_request()
@@ -281,7 +473,16 @@ class MetricsServer:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 get_logger("exporter.http").debug("http_connection_error", exc_info=True)
 
-        app = _with_headers(make_app(registry, store, config_file), web_config.headers)
+        app = make_app(registry, store, config_file)
+        if web_config.basic_auth_users:
+            app = BasicAuth(web_config.basic_auth_users).wrap(app)
+            if context is None:
+                get_logger("exporter.http").warning(
+                    "basic_auth_without_tls",
+                    hint="passwords cross the network in clear text; add tls_server_config",
+                )
+        app = _with_headers(app, web_config.headers)
+        self.basic_auth = bool(web_config.basic_auth_users)
         self._server = make_server(address, web.port, app, Server, handler_class=_QuietHandler)
         self.scheme = "https" if context is not None else "http"
         self._thread = threading.Thread(

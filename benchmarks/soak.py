@@ -1,0 +1,211 @@
+"""Soak: the real `serve` process against a SimCluster with a churning transactional workload.
+
+Why: a daemon that leaks a socket per poll, a task per failed request or a cache entry per
+finished transaction looks fine in a 5 s test and dies after a week. This runs `serve` (as a
+subprocess, polling every second) for `--minutes` while `exporter.sim.workload.Workload` commits,
+aborts and keeps long-running transactions open, plus one hanging transaction so a late series
+exists. /metrics is scraped every 2 s. The serve process's RSS (VmRSS) and open file descriptors
+(/proc/<pid>/fd) are sampled at start (after a warm-up) and every `--sample-seconds`; the
+result is one `RESULT {json}` line with start/end/max numbers, scrape and poll counts.
+
+    python benchmarks/soak.py --minutes 30
+    python benchmarks/soak.py --minutes 30 --tls-auth   # /metrics over HTTPS + basic auth
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import REPO_ROOT, emit, machine_info
+
+from exporter.sim.cluster import SimCluster
+from exporter.sim.workload import Workload, hanging_transaction
+
+TOPIC = "soak"
+HANG_TOPIC = "soak-hang"
+
+
+def proc_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def proc_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def metric_value(text: str, prefix: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def read_listen_url(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        if '"exporter_started"' in line:
+            return str(json.loads(line)["listen"])
+    raise RuntimeError("serve did not log exporter_started")
+
+
+def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float,
+        tls_auth: bool = False) -> dict[str, Any]:
+    machine = machine_info()
+    web_dir = tempfile.mkdtemp(prefix="soak-web-") if tls_auth else None
+    context: Any = None
+    headers: dict[str, str] = {}
+    web_env: dict[str, str] = {}
+    if web_dir:
+        from bench_scrape_load import tls_auth_setup
+
+        web_config, context, headers["Authorization"] = tls_auth_setup(Path(web_dir))
+        web_env["KTE_WEB_CONFIG_FILE"] = web_config
+    with SimCluster(
+        brokers=3,
+        topics={TOPIC: 12, HANG_TOPIC: 1},
+        broker_config={
+            "transaction.max.timeout.ms": "60000",
+            "transaction.partition.verification.enable": "false",
+        },
+    ) as sim:
+        bootstrap = sim.bootstrap_servers
+        hanging_transaction(bootstrap, "soak-hang-1", HANG_TOPIC, 0, backdate_ms=400_000)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+        env.update(
+            KTE_CLUSTER_NAME="soak",
+            KTE_CLUSTER_BOOTSTRAP_SERVERS=bootstrap,
+            KTE_CLUSTER_POLL_INTERVAL_SECONDS="1s",
+            KTE_CLUSTER_REQUEST_TIMEOUT_SECONDS="5s",
+            KTE_CLUSTER_LATE_BUFFER_SECONDS="10s",
+            KTE_CLUSTER_MIN_REPORTED_DURATION_SECONDS="0",
+            KTE_LOG_FORMAT="json",
+            KTE_LOG_LEVEL="warning",
+            **web_env,
+        )
+        # stderr is read once for the URL, then drained to a file so the pipe never fills.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1",
+             "--web.port", "0", "--log.level", "info"],
+            env=env, cwd=REPO_ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )
+        workload = Workload(
+            bootstrap, TOPIC, partitions=range(12), transactions_per_second=tps,
+            long_running_ms=20_000, max_open_long_running=5, seed=7,
+        )
+        scrapes = scrape_errors = 0
+        samples: list[dict[str, Any]] = []
+        try:
+            url = read_listen_url(proc)
+            assert proc.stderr is not None
+            drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=subprocess.DEVNULL)
+            workload.start()
+            began = time.monotonic()
+            end = began + warmup_seconds + minutes * 60
+            next_sample = began + warmup_seconds
+            last_text = ""
+            while time.monotonic() < end:
+                try:
+                    request = urllib.request.Request(url, headers=headers)
+                    with urllib.request.urlopen(request, timeout=5, context=context) as resp:
+                        last_text = resp.read().decode()
+                    scrapes += 1
+                except OSError:
+                    scrape_errors += 1
+                now = time.monotonic()
+                if now >= next_sample:
+                    samples.append({
+                        "t_seconds": round(now - began, 1),
+                        "rss_mib": round(proc_rss_kib(proc.pid) / 1024, 1),
+                        "open_fds": proc_fds(proc.pid),
+                        "polls": metric_value(
+                            last_text, 'kafka_txn_exporter_poll_duration_seconds_count{'),
+                    })
+                    print(json.dumps(samples[-1]), flush=True)
+                    next_sample += sample_seconds
+                time.sleep(2.0)
+            up = metric_value(last_text, "kafka_txn_exporter_up{")
+            hanging = metric_value(last_text, 'kafka_late_transaction_age_seconds{')
+        finally:
+            workload.stop()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = -9
+        drain.wait(timeout=5)
+    if web_dir:
+        shutil.rmtree(web_dir, ignore_errors=True)
+    first, last = samples[0], samples[-1]
+    return {
+        "bench": "soak",
+        "machine": machine,
+        "minutes": minutes,
+        "warmup_seconds": warmup_seconds,
+        "workload_tps": tps,
+        "tls_basic_auth": tls_auth,
+        "workload": {
+            "committed": workload.stats.committed,
+            "aborted": workload.stats.aborted,
+            "long_running_started": workload.stats.long_running_started,
+            "errors": workload.stats.errors,
+        },
+        "polls": last["polls"],
+        "scrapes": scrapes,
+        "scrape_errors": scrape_errors,
+        "up_at_end": up,
+        "late_series_at_end": hanging is not None,
+        "rss_mib_start": first["rss_mib"],
+        "rss_mib_end": last["rss_mib"],
+        "rss_mib_max": max(s["rss_mib"] for s in samples),
+        "open_fds_start": first["open_fds"],
+        "open_fds_end": last["open_fds"],
+        "open_fds_max": max(s["open_fds"] for s in samples),
+        "samples": samples,
+        "serve_exit_code": code,
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--sample-seconds", type=float, default=60.0)
+    parser.add_argument("--tps", type=float, default=5.0, help="workload transactions/second")
+    parser.add_argument("--warmup-seconds", type=float, default=30.0)
+    parser.add_argument("--tls-auth", action="store_true",
+                        help="serve /metrics over HTTPS with basic auth (bcrypt) and scrape so")
+    args = parser.parse_args(argv)
+    result = run(args.minutes, args.sample_seconds, args.tps, args.warmup_seconds,
+                 args.tls_auth)
+    emit(result)
+    print(f"soak {args.minutes:g} min: RSS {result['rss_mib_start']} -> {result['rss_mib_end']} MiB"
+          f" (max {result['rss_mib_max']}), fds {result['open_fds_start']} -> "
+          f"{result['open_fds_end']} (max {result['open_fds_max']}), polls {result['polls']}, "
+          f"scrapes {result['scrapes']} ({result['scrape_errors']} errors), "
+          f"workload {result['workload']}")
+    return 0 if result["scrape_errors"] == 0 and result["serve_exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,2 @@
+"""Resilience tests: the daemon against a faulty simulated cluster keeps running, reports
+honestly and recovers."""

@@ -1,0 +1,1 @@
+"""Security tests: TLS/SASL to Kafka, TLS + basic auth on /metrics, secrets never leak."""
