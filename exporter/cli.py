@@ -181,8 +181,9 @@ def _add_web_args(parser: argparse.ArgumentParser, default_port: str = "9981 or 
                             f"{default_port})")
     group.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
                        help="exporter-toolkit web config file: tls_server_config (TLS, "
-                            "client certificates) and http_server_config.headers; "
-                            "basic_auth_users is not supported yet (env KTE_WEB_CONFIG_FILE)")
+                            "client certificates), basic_auth_users (bcrypt hashes; /metrics "
+                            "and / need them, /healthz and /readyz stay open) and "
+                            "http_server_config.headers (env KTE_WEB_CONFIG_FILE)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -72,6 +72,8 @@ def configure_logging(
     else:
         renderer = structlog.processors.JSONRenderer()
 
+    handler = logging.StreamHandler(stream)
+    writer = _LineWriter(handler)
     structlog.configure(
         processors=[
             *shared,
@@ -80,7 +82,7 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=lambda *_args: writer,
         cache_logger_on_first_use=False,
     )
 
@@ -93,13 +95,33 @@ def configure_logging(
             renderer,
         ],
     )
-    handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
+
+
+class _LineWriter:
+    """structlog's output, written under the stdlib handler's lock.
+
+    Our events and library records go to the same stream from several threads; with two
+    locks (structlog's PrintLogger has its own) two JSON lines could merge into one.
+    """
+
+    def __init__(self, handler: logging.StreamHandler[TextIO]) -> None:
+        self._handler = handler
+
+    def msg(self, message: str) -> None:
+        self._handler.acquire()
+        try:
+            self._handler.stream.write(message + "\n")
+            self._handler.stream.flush()
+        finally:
+            self._handler.release()
+
+    log = debug = info = warning = warn = error = err = critical = fatal = exception = msg
 
 
 def _passthrough(

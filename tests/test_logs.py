@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -77,3 +79,38 @@ def test_one_summary_event_per_poll() -> None:
     for key in ("poll_seconds", "analyze_seconds", "duration_seconds", "late_transactions",
                 "hanging_transactions", "request_errors", "unobserved_partitions"):
         assert key in summary, key
+
+
+class _SlowStream(io.StringIO):
+    """Writes in small pieces and yields between them, as a pipe under load does."""
+
+    def write(self, s: str) -> int:
+        for i in range(0, len(s), 16):
+            super().write(s[i : i + 16])
+            time.sleep(0)
+        return len(s)
+
+
+def test_lines_from_structlog_and_stdlib_threads_never_merge() -> None:
+    """Our events and library records share one lock: every line stays one JSON object."""
+    stream = _SlowStream()
+    configure_logging("json", "debug", stream=stream)
+    ours = get_logger("exporter.test")
+    theirs = logging.getLogger("kafka.test")
+
+    def emit_ours() -> None:
+        for i in range(100):
+            ours.info("ours", i=i)
+
+    def emit_theirs() -> None:
+        for i in range(100):
+            theirs.warning("theirs %d", i)
+
+    threads = [threading.Thread(target=f) for f in (emit_ours, emit_theirs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 200
+    assert sorted(json.loads(line)["event"] for line in lines).count("ours") == 100
