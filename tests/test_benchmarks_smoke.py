@@ -112,6 +112,9 @@ def test_bench_poll_tiny_compares_both_pollers_on_the_same_state() -> None:
     assert p["ours_warm_cpu_us_per_partition"] > 0
     assert p["kafka_python"] is not None
     assert p["kafka_python_cold_cpu_us_per_partition"] > 0
+    assert ours["metadata_reparsed"]["cpu_seconds"] > 0
+    assert p["ours_metadata_reparsed_cpu_us_per_partition"] > 0
+    assert p["ratio_warm_cpu"] > 0
     assert "Sweep" in stdout
 
 
@@ -135,3 +138,18 @@ def test_profile_poll_tiny_reports_gc_share_breakdown_and_top_functions() -> Non
     assert 1 <= len(r["top_own_time"]) <= 5
     assert all(0 <= row["own_share"] <= 1 for row in r["top_own_time"])
     assert "top functions by own time" in stdout
+
+
+def test_bench_scrape_metrics_tiny_reports_renders_and_baselines() -> None:
+    stdout, results = _run("bench_scrape_metrics.py", "--late", "50", "--repeat", "2")
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "scrape_metrics"
+    _assert_machine(r["machine"])
+    assert set(r["variants"]) == {"empty", "gauge", "late", "late_full"}
+    v = r["variants"]
+    # 50 late series (plus max-duration and LSO-lag series in late_full): bodies grow so
+    assert v["empty"]["bytes"] < v["late"]["bytes"] < v["late_full"]["bytes"]
+    assert all(x["median_ms"] > 0 for x in v.values())
+    assert r["ratio_late_vs_gauge"] > 0 and r["ratio_late_vs_empty"] > 0
+    assert "late/gauge" in stdout

@@ -12,7 +12,8 @@ by a poller that may run from any scheduler thread. So this module keeps only wh
 - TLS through an `ssl.SSLContext` built from `TlsSettings`;
 - SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512 via kafka-python's mechanism classes.
 
-Encoding and decoding are kafka-python's generated protocol classes (`kafka.protocol.*`).
+Encoding and decoding are kafka-python's generated protocol classes (`kafka.protocol.*`),
+except where a caller passes a lean decoder (`fastdecode.py`: Metadata, DescribeProducers).
 Every failure surfaces as a typed `CollectError`; nothing here crashes a poll.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 import struct
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from exporter.collect.shapes import check_response
+from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.settings import SaslSettings, TlsSettings
 
 _SIZE = struct.Struct(">i")
@@ -108,7 +110,7 @@ class BrokerConnection:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, tuple[Any, int, asyncio.Future[Any]]] = {}
+        self._pending: dict[int, tuple[Decoder, int, asyncio.Future[Any]]] = {}
         self._next_correlation_id = 0
         self._closed_error: CollectError | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
@@ -239,14 +241,19 @@ class BrokerConnection:
             )
         return version
 
-    async def request(self, request: Any, timeout_seconds: float) -> Any:
-        """Send `request` (its version already set, see `version_for`) and await the answer."""
+    async def request(
+        self, request: Any, timeout_seconds: float, decode: Decoder | None = None
+    ) -> Any:
+        """Send `request` (its version already set, see `version_for`) and await the answer,
+        decoded by `decode(payload, version)` if given (else `fastdecode.decode_response`)."""
         version = request.API_VERSION
         if version is None:
             version = self.version_for(type(request))
-        return await self._send(request, version, timeout_seconds)
+        return await self._send(request, version, timeout_seconds, decode)
 
-    async def _send(self, request: Any, version: int, timeout_seconds: float) -> Any:
+    async def _send(
+        self, request: Any, version: int, timeout_seconds: float, decode: Decoder | None = None
+    ) -> Any:
         if self._closed_error is not None:
             raise self._closed_error
         writer = self._writer
@@ -260,9 +267,10 @@ class BrokerConnection:
             data = request.encode(header=True, framed=True)
         except Exception as exc:
             raise DecodeError(f"cannot encode {type(request).__name__} v{version}: {exc}") from exc
-        response_class = request.header.get_response_class()
+        if decode is None:
+            decode = functools.partial(decode_response, request.header.get_response_class())
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = (response_class, version, future)
+        self._pending[correlation_id] = (decode, version, future)
         try:
             writer.write(data)
             return await asyncio.wait_for(future, timeout_seconds)
@@ -289,15 +297,14 @@ class BrokerConnection:
                 entry = self._pending.pop(correlation_id, None)
                 if entry is None:
                     continue  # the request timed out already
-                response_class, version, future = entry
+                decode, version, future = entry
                 if future.done():
                     continue
                 try:
-                    response = response_class.decode(payload, version=version, header=True)
-                    check_response(response, response_class.API_KEY, version)
+                    response = decode(payload, version)
                 except Exception as exc:
                     future.set_exception(
-                        DecodeError(f"cannot decode {response_class.__name__} v{version}: {exc}")
+                        DecodeError(f"cannot decode {_name(decode)} v{version}: {exc}")
                     )
                 else:
                     future.set_result(response)
@@ -330,6 +337,13 @@ class BrokerConnection:
         if writer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+
+def _name(decode: Decoder) -> str:
+    """The response class name of a default decoder, for error messages."""
+    if isinstance(decode, functools.partial) and decode.args:
+        return str(getattr(decode.args[0], "__name__", decode.args[0]))
+    return getattr(decode, "__qualname__", "response")
 
 
 class ConnectionPool:

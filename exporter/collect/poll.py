@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from kafka.protocol.admin.transactions import DescribeProducersResponse
 
 from exporter.analyze import effective_max_timeout_ms, is_late
 from exporter.collect.client import (
@@ -38,6 +39,7 @@ from exporter.collect.client import (
     parse_transaction_max_timeout_ms,
 )
 from exporter.collect.connection import CollectError, error_name
+from exporter.collect.fastdecode import lean
 from exporter.model import (
     BrokerStatus,
     ClusterObservation,
@@ -68,6 +70,10 @@ _SINCE_KAFKA = {
     "ListTransactions": "3.0",
     "DescribeTransactions": "3.0",
 }
+
+# Lean: empty partitions (error 0, no producer) are not in the answer; the loop below skips
+# them anyway. At 200k partitions that is ~180k fewer objects per poll.
+_DECODE_DESCRIBE_PRODUCERS = lean(DescribeProducersResponse)
 
 TxnKey = tuple[str, int, int, int, int]
 """(topic, partition, producer_id, producer_epoch, current_txn_start_offset)."""
@@ -263,7 +269,9 @@ class ClusterPoller:
         retry_allowed: bool,
     ) -> list[TopicPartition]:
         try:
-            response = await self._client.send(leader, describe_producers_request(batch))
+            response = await self._client.send(
+                leader, describe_producers_request(batch), _DECODE_DESCRIBE_PRODUCERS
+            )
         except CollectError as exc:
             # Down or slow broker, or one that predates DescribeProducers (Kafka < 2.8): its
             # partitions are unknown, never "no transactions".

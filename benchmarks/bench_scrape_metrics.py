@@ -1,0 +1,168 @@
+"""Render time of /metrics with many late transactions: `generate_latest` over our registry.
+
+Issue 9 target: a /metrics render with 10,000 late-transaction series in at most 100 ms. A
+`ClusterSnapshot` is built directly (no poll) and published into a `SnapshotStore`; the
+registry holds our `SnapshotCollector`, as `serve` does. Measured variants (same run):
+
+- `empty` (baseline): a snapshot with no open transaction, the exporter's own series only;
+- `gauge` (baseline): prometheus_client's own `Gauge` with the same late-transaction series
+  (same labels), the library's floor for this many series;
+- `late` (the measured thing): N late transactions on N partitions, only their series;
+- `late_full`: as `late` plus each partition's max-duration and LSO-lag series (3N series),
+  what a cluster with N late transactions really shows.
+
+Each variant: `--repeat` renders (default 20), median and p90 of wall time and CPU time
+(`time.process_time`), in this process (no I/O, no threads: wall ~ CPU).
+
+Run: python benchmarks/bench_scrape_metrics.py [--late 10000] [--repeat 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _common as common
+
+LABELS = ("cluster", "topic", "partition", "producer_id", "producer_epoch",
+          "coordinator_epoch", "start_offset", "transactional_id", "classification")
+
+
+def _snapshot(late_count: int, full: bool) -> Any:
+    from exporter.model import (
+        BrokerSummary,
+        Classification,
+        ClusterSnapshot,
+        LateTransaction,
+        OpenTransaction,
+        StartTimeSource,
+        TopicPartition,
+    )
+
+    now_ms = 1_800_000_000_000
+    late = []
+    for i in range(late_count):
+        topic, partition = f"orders-{i // 2000:03d}", i % 2000
+        age_ms = 3_600_000 + i * 7
+        txn = OpenTransaction(
+            topic=topic, partition=partition, leader_id=i % 50, producer_id=10_000 + i,
+            producer_epoch=i % 5, coordinator_epoch=3, current_txn_start_offset=1_000 + i,
+            last_timestamp_ms=now_ms - age_ms, start_time_ms=now_ms - age_ms,
+            start_time_source=StartTimeSource.BATCH_TIMESTAMP,
+        )
+        late.append(LateTransaction(
+            transaction=txn, age_seconds=age_ms / 1000.0,
+            classification=Classification.HANGING if i % 3 else Classification.COORDINATOR_TRACKED,
+            transactional_id=f"payments-writer-{i}",
+        ))
+    partitions = [TopicPartition(lt.transaction.topic, lt.transaction.partition) for lt in late]
+    return ClusterSnapshot(
+        cluster="bench",
+        observed_at_ms=now_ms,
+        up=True,
+        brokers=tuple(BrokerSummary(b, True, 0, 0, 0, 900_000) for b in range(50)),
+        max_active_transaction_duration_seconds=(
+            {tp: lt.age_seconds for tp, lt in zip(partitions, late, strict=True)} if full else {}
+        ),
+        cluster_max_active_transaction_duration_seconds=max(
+            (lt.age_seconds for lt in late), default=0.0),
+        late_transactions=tuple(late),
+        transaction_states={"Ongoing": late_count, "Empty": 100},
+        last_stable_offset_lag={tp: 42 for tp in partitions} if full else {},
+        unobserved_partitions=0,
+        request_errors=(),
+        poll_duration_seconds=1.0,
+    )
+
+
+def _registry_ours(late_count: int, full: bool) -> Any:
+    from prometheus_client.registry import CollectorRegistry
+
+    from exporter.expose.collector import SnapshotCollector, SnapshotStore
+    from exporter.settings import ClusterSettings
+
+    store = SnapshotStore([ClusterSettings(name="bench", bootstrap_servers=("localhost:9092",))])
+    store.publish(_snapshot(late_count, full))
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(store))
+    return registry
+
+
+def _registry_gauge(late_count: int) -> Any:
+    from prometheus_client import Gauge
+    from prometheus_client.registry import CollectorRegistry
+
+    registry = CollectorRegistry()
+    gauge = Gauge("kafka_late_transaction_age_seconds", "Age of each late open transaction.",
+                  LABELS, registry=registry)
+    for i in range(late_count):
+        gauge.labels("bench", f"orders-{i // 2000:03d}", str(i % 2000), str(10_000 + i),
+                     str(i % 5), "3", str(1_000 + i), f"payments-writer-{i}",
+                     "hanging" if i % 3 else "coordinator_tracked").set(3_600 + i * 0.007)
+    return registry
+
+
+def _time_renders(registry: Any, repeat: int) -> dict[str, Any]:
+    from prometheus_client import generate_latest
+
+    walls, cpus = [], []
+    size = len(generate_latest(registry))  # warm-up; also the body size
+    for _ in range(repeat):
+        wall, cpu = time.perf_counter(), time.process_time()
+        generate_latest(registry)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    walls.sort()
+    return {
+        "median_ms": round(statistics.median(walls) * 1000, 2),
+        "p90_ms": round(walls[int(0.9 * (len(walls) - 1))] * 1000, 2),
+        "cpu_median_ms": round(statistics.median(cpus) * 1000, 2),
+        "bytes": size,
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--late", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    machine = common.machine_info()
+    variants = {
+        "empty": _time_renders(_registry_ours(0, False), args.repeat),
+        "gauge": _time_renders(_registry_gauge(args.late), args.repeat),
+        "late": _time_renders(_registry_ours(args.late, False), args.repeat),
+        "late_full": _time_renders(_registry_ours(args.late, True), args.repeat),
+    }
+    result: dict[str, Any] = {
+        "bench": "scrape_metrics",
+        "machine": machine,
+        "late_transactions": args.late,
+        "repeat": args.repeat,
+        "variants": variants,
+        "ratio_late_vs_gauge": common.ratio(variants["late"]["median_ms"],
+                                            variants["gauge"]["median_ms"]),
+        "ratio_late_vs_empty": common.ratio(variants["late"]["median_ms"],
+                                            variants["empty"]["median_ms"]),
+        "ratio_late_full_vs_late": common.ratio(variants["late_full"]["median_ms"],
+                                                variants["late"]["median_ms"]),
+    }
+    print(f"machine: {machine}")
+    print(f"generate_latest, {args.late} late transactions, {args.repeat} renders each:")
+    for name, v in variants.items():
+        print(f"  {name:<10} median {v['median_ms']:>8.2f} ms  p90 {v['p90_ms']:>8.2f} ms  "
+              f"CPU {v['cpu_median_ms']:>8.2f} ms  {v['bytes']:>9} bytes")
+    print(f"  ratios: late/gauge {result['ratio_late_vs_gauge']}, late/empty "
+          f"{result['ratio_late_vs_empty']}, late_full/late {result['ratio_late_full_vs_late']}")
+    common.emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

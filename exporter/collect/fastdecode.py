@@ -1,0 +1,344 @@
+"""Lean decoders for the two big answers of a poll: Metadata (v9-v13) and DescribeProducers (v0).
+
+Why: at 200,000 partitions kafka-python's generic decoder builds a DataContainer per partition
+(plus one per replica/ISR list), about a million objects per poll, and the cyclic GC then walks
+them again and again (benchmarks/RESULTS.md, "Simulator and poller"). These decoders read the
+same bytes but keep only the fields the exporter reads, with as few objects as possible:
+
+- Metadata: per topic, parallel lists of partition indexes and leader ids; replica ids as one
+  set for the whole answer (the exporter only needs "every broker named as a replica");
+- DescribeProducers: partitions that answered error 0 with no active producer (~90% of them
+  on a typical cluster) are skipped: for every reader they mean "nothing here".
+
+Both enforce Kafka's nullability themselves (a null where the schema allows none raises
+`ShapeError`), so `shapes.check_response` is not needed on their output. Other versions (the
+non-flexible Metadata v0-v8) still go through kafka-python. Equivalence with kafka-python's
+decoding is tested on random responses in tests/collect/test_collect_fastdecode.py. Pure.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.collect.shapes import ShapeError, check_response
+
+METADATA = 3
+DESCRIBE_PRODUCERS = 61
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_METADATA_PARTITION_HEAD = struct.Struct(">hiii")  # error_code, index, leader, leader_epoch
+# index, error_code, then 3 bytes that are 0, 1, 0 for an empty partition: null error_message,
+# empty active_producers, no tagged fields.
+_DP_PARTITION_HEAD = struct.Struct(">ihBBB")
+_PRODUCER = struct.Struct(">qiiqiq")
+_ZERO_UUID_BYTES = bytes(16)
+
+
+@dataclass(slots=True)
+class MetadataBroker:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(slots=True)
+class MetadataTopic:
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID | None
+    is_internal: bool
+    partition_indexes: list[int]
+    leader_ids: list[int]
+    """leader_ids[i] leads partition partition_indexes[i] (-1: no leader)."""
+
+
+@dataclass(slots=True)
+class LeanMetadataResponse:
+    API_KEY = METADATA
+    API_VERSION: int
+    brokers: list[MetadataBroker]
+    topics: list[MetadataTopic]
+    replica_ids: set[int]
+    """Every node id in any partition's ReplicaNodes."""
+
+
+@dataclass(slots=True)
+class ProducerState:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(slots=True)
+class DescribeProducersPartition:
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    active_producers: list[ProducerState]
+
+
+@dataclass(slots=True)
+class DescribeProducersTopic:
+    name: str
+    partitions: list[DescribeProducersPartition]
+    """Only partitions with an error or at least one active producer."""
+
+
+@dataclass(slots=True)
+class LeanDescribeProducersResponse:
+    API_KEY = DESCRIBE_PRODUCERS
+    API_VERSION: int
+    throttle_time_ms: int
+    topics: list[DescribeProducersTopic]
+
+
+# -- primitives (flexible versions: unsigned varints, compact strings/arrays, tagged fields) --
+
+
+def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint longer than 5 bytes")
+
+
+def _skip_tags(data: bytes, pos: int) -> int:
+    if data[pos] == 0:
+        return pos + 1
+    count, pos = _uvarint(data, pos)
+    for _ in range(count):
+        _, pos = _uvarint(data, pos)
+        size, pos = _uvarint(data, pos)
+        pos += size
+    return pos
+
+
+def _length(data: bytes, pos: int) -> tuple[int, int]:
+    """Compact array/string length (-1: null)."""
+    byte = data[pos]
+    if byte < 0x80:
+        return byte - 1, pos + 1
+    value, pos = _uvarint(data, pos)
+    return value - 1, pos
+
+
+def _array(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    count, pos = _length(data, pos)
+    if count < 0:
+        raise ShapeError(f"{what}: null where Kafka's schema allows none")
+    return count, pos
+
+
+def _nullable_string(data: bytes, pos: int) -> tuple[str | None, int]:
+    size, pos = _length(data, pos)
+    if size < 0:
+        return None, pos
+    end = pos + size
+    if end > len(data):
+        raise ValueError("string past the end of the response")
+    return data[pos:end].decode("utf-8"), end
+
+
+def _string(data: bytes, pos: int, what: str) -> tuple[str, int]:
+    value, pos = _nullable_string(data, pos)
+    if value is None:
+        raise ShapeError(f"{what}: null where Kafka's schema allows none")
+    return value, pos
+
+
+def _int32_array_bytes(data: bytes, pos: int, what: str) -> tuple[bytes, int]:
+    count, pos = _array(data, pos, what)
+    end = pos + 4 * count
+    return data[pos:end], end
+
+
+def _skip_int32s(data: bytes, pos: int, what: str) -> int:
+    count, pos = _array(data, pos, what)
+    return pos + 4 * count
+
+
+def _end(data: bytes, pos: int) -> None:
+    if pos > len(data):
+        raise ValueError("response shorter than its fields")
+
+
+# -- Metadata ---------------------------------------------------------------------------------
+
+
+def _metadata_brokers(data: bytes, version: int) -> tuple[list[MetadataBroker], int]:
+    """The brokers array; returns them and the position of ClusterId."""
+    if not 9 <= version <= 13:
+        raise ValueError(f"lean Metadata decoder handles v9-v13, not v{version}")
+    pos = _skip_tags(data, 4) + 4  # correlation id, header tags; throttle_time_ms
+    count, pos = _array(data, pos, "brokers")
+    brokers: list[MetadataBroker] = []
+    for _ in range(count):
+        (node_id,) = _I32.unpack_from(data, pos)
+        host, pos = _string(data, pos + 4, "brokers[].host")
+        (port,) = _I32.unpack_from(data, pos)
+        rack, pos = _nullable_string(data, pos + 4)
+        pos = _skip_tags(data, pos)
+        brokers.append(MetadataBroker(node_id, host, port, rack))
+    return brokers, pos
+
+
+def metadata_identity(payload: bytes, version: int) -> bytes:
+    """The bytes of a Metadata answer that can change what the exporter reads from it: all
+    but the correlation id, ThrottleTimeMs and ControllerId (KRaft brokers name a random
+    broker as controller in every answer, so it differs between identical states). Versions
+    the lean decoder does not read: everything but the correlation id."""
+    if not 9 <= version <= 13:
+        return payload[4:]
+    brokers_start = _skip_tags(payload, 4) + 4
+    _, pos = _metadata_brokers(payload, version)
+    _, controller_at = _nullable_string(payload, pos)
+    return payload[brokers_start:controller_at] + payload[controller_at + 4 :]
+
+
+def decode_metadata(payload: bytes, version: int) -> LeanMetadataResponse:
+    """Metadata response v9-v13 (with its v1 response header) -> `LeanMetadataResponse`."""
+    data = bytes(payload)  # no copy for bytes; slices of a bytearray would stay bytearrays
+    brokers, pos = _metadata_brokers(data, version)
+    _, pos = _nullable_string(data, pos)  # cluster_id
+    pos += 4  # controller_id
+    count, pos = _array(data, pos, "topics")
+    topics: list[MetadataTopic] = []
+    replica_lists: set[bytes] = set()  # distinct raw ReplicaNodes arrays: few, decoded at the end
+    add_replicas = replica_lists.add
+    unpack_head = _METADATA_PARTITION_HEAD.unpack_from
+    for _ in range(count):
+        (error_code,) = _I16.unpack_from(data, pos)
+        if version >= 12:
+            name, pos = _nullable_string(data, pos + 2)
+        else:
+            name, pos = _string(data, pos + 2, "topics[].name")
+        topic_id = None
+        if version >= 10:
+            raw_id = data[pos : pos + 16]
+            if len(raw_id) != 16:
+                raise ValueError("topic id past the end of the response")
+            if raw_id != _ZERO_UUID_BYTES:  # kafka-python decodes the zero UUID as None
+                topic_id = uuid.UUID(bytes=raw_id)
+            pos += 16
+        is_internal = data[pos] != 0
+        partition_count, pos = _array(data, pos + 1, "topics[].partitions")
+        indexes: list[int] = []
+        leaders: list[int] = []
+        for _ in range(partition_count):
+            _, index, leader, _ = unpack_head(data, pos)
+            pos += 14
+            # Three int32 arrays (replicas, ISR, offline); a one-byte length is the fast path.
+            size = data[pos]
+            if 0 < size < 0x80:
+                end = pos + 4 * size - 3
+                add_replicas(data[pos + 1 : end])
+                pos = end
+            else:
+                replicas, pos = _int32_array_bytes(data, pos, "replica_nodes")
+                add_replicas(replicas)
+            size = data[pos]
+            pos = pos + 4 * size - 3 if 0 < size < 0x80 else _skip_int32s(data, pos, "isr")
+            size = data[pos]
+            pos = pos + 4 * size - 3 if 0 < size < 0x80 else _skip_int32s(data, pos, "offline")
+            pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos)
+            indexes.append(index)
+            leaders.append(leader)
+        pos = _skip_tags(data, pos + 4)  # topic_authorized_operations
+        topics.append(MetadataTopic(error_code, name, topic_id, is_internal, indexes, leaders))
+    if version <= 10:
+        pos += 4  # cluster_authorized_operations (v8-v10)
+    if version >= 13:
+        pos += 2  # error_code
+    pos = _skip_tags(data, pos)
+    _end(data, pos)
+    replica_ids: set[int] = set()
+    for raw in replica_lists:
+        replica_ids.update(struct.unpack(f">{len(raw) // 4}i", raw))
+    return LeanMetadataResponse(version, brokers, topics, replica_ids)
+
+
+# -- DescribeProducers ------------------------------------------------------------------------
+
+
+def decode_describe_producers(payload: bytes, version: int) -> LeanDescribeProducersResponse:
+    """DescribeProducers response v0 -> `LeanDescribeProducersResponse` (empty partitions
+    skipped: error 0 and no active producer)."""
+    if version != 0:
+        raise ValueError(f"lean DescribeProducers decoder handles v0, not v{version}")
+    data = bytes(payload)  # no copy for bytes; slices of a bytearray would stay bytearrays
+    pos = _skip_tags(data, 4)
+    (throttle_time_ms,) = _I32.unpack_from(data, pos)
+    count, pos = _array(data, pos + 4, "topics")
+    topics: list[DescribeProducersTopic] = []
+    unpack_head = _DP_PARTITION_HEAD.unpack_from
+    for _ in range(count):
+        name, pos = _string(data, pos, "topics[].name")
+        partition_count, pos = _array(data, pos, "topics[].partitions")
+        partitions: list[DescribeProducersPartition] = []
+        for _ in range(partition_count):
+            index, error_code, message_size, producer_count, tags = unpack_head(data, pos)
+            if error_code == 0 and message_size == 0 and producer_count == 1 and tags == 0:
+                pos += 9  # the common case: nothing to report
+                continue
+            message, pos = _nullable_string(data, pos + 6)
+            producer_count, pos = _array(data, pos, "active_producers")
+            producers: list[ProducerState] = []
+            for _ in range(producer_count):
+                producers.append(ProducerState(*_PRODUCER.unpack_from(data, pos)))
+                pos = _skip_tags(data, pos + _PRODUCER.size)
+            pos = _skip_tags(data, pos)
+            if error_code != 0 or producers:
+                partitions.append(
+                    DescribeProducersPartition(index, error_code, message, producers)
+                )
+        pos = _skip_tags(data, pos)
+        topics.append(DescribeProducersTopic(name, partitions))
+    pos = _skip_tags(data, pos)
+    _end(data, pos)
+    return LeanDescribeProducersResponse(version, throttle_time_ms, topics)
+
+
+# -- dispatch ---------------------------------------------------------------------------------
+
+Decoder = Callable[[bytes, int], Any]
+"""(payload with response header, version) -> decoded response."""
+
+_LEAN: dict[int, tuple[Decoder, range]] = {
+    METADATA: (decode_metadata, range(9, 14)),
+    DESCRIBE_PRODUCERS: (decode_describe_producers, range(0, 1)),
+}
+
+
+def decode_response(response_class: Any, payload: bytes, version: int, lean: bool = False) -> Any:
+    """kafka-python's decoder followed by the shape checks; with `lean`, the lean decoder where
+    one exists for this API and version. Raises on a malformed answer."""
+    if lean:
+        decoder = _LEAN.get(response_class.API_KEY)
+        if decoder is not None and version in decoder[1]:
+            return decoder[0](payload, version)
+    response = response_class.decode(payload, version=version, header=True)
+    check_response(response, response_class.API_KEY, version)
+    return response
+
+
+def lean(response_class: Any) -> Decoder:
+    """The decoder to pass to `BrokerConnection.request` for a caller that reads only what the
+    lean classes above keep (lean where this module has a decoder, kafka-python elsewhere)."""
+    return functools.partial(decode_response, response_class, lean=True)

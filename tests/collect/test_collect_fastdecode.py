@@ -1,0 +1,263 @@
+"""The lean decoders (exporter/collect/fastdecode.py) against kafka-python's generic decoder.
+
+Differential: random responses are encoded by kafka-python, decoded by both, and every field
+the lean decoder keeps must equal kafka-python's (empty DescribeProducers partitions, which the
+lean decoder skips by design, are dropped from kafka-python's side before comparing).
+"""
+
+from __future__ import annotations
+
+import gc
+import struct
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.admin.transactions import DescribeProducersResponse
+from kafka.protocol.metadata import MetadataResponse
+
+from exporter.collect.client import ClusterClient, parse_metadata
+from exporter.collect.fastdecode import (
+    decode_describe_producers,
+    decode_metadata,
+    decode_response,
+    lean,
+    metadata_identity,
+)
+from exporter.collect.shapes import ShapeError
+from exporter.model import TopicPartition
+from exporter.settings import ClusterSettings
+
+INT16 = st.integers(-(2**15), 2**15 - 1)
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+NAME = st.text(min_size=0, max_size=20)
+# Unknown tagged fields the decoders must skip, spliced in as the response's own (last) tags.
+TAGS = st.lists(st.tuples(st.integers(100, 300), st.binary(max_size=5)), max_size=2)
+
+MP = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+DP = DescribeProducersResponse.TopicResponse
+
+
+def with_header(body: bytes, correlation_id: int = 7) -> bytes:
+    return struct.pack(">i", correlation_id) + b"\x00" + body  # response header v1, no tags
+
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def with_tags(encoded: bytes, tags: list[tuple[int, bytes]]) -> bytes:
+    """Replace the body's empty top-level tagged fields (its last byte) by `tags`."""
+    assert encoded[-1] == 0
+    fields = b"".join(uvarint(tag) + uvarint(len(value)) + value
+                      for tag, value in sorted(dict(tags).items()))
+    return encoded[:-1] + uvarint(len(dict(tags))) + fields
+
+
+metadata_partitions = st.builds(
+    MP,
+    error_code=INT16,
+    partition_index=INT32,
+    leader_id=st.integers(-1, 60),
+    leader_epoch=INT32,
+    replica_nodes=st.lists(st.integers(0, 60), max_size=4),
+    isr_nodes=st.lists(st.integers(0, 60), max_size=4),
+    offline_replicas=st.lists(st.integers(0, 60), max_size=2),
+)
+
+
+@st.composite
+def metadata_responses(draw: st.DrawFn) -> tuple[int, bytes]:
+    version = draw(st.integers(9, 13))
+    topics = [
+        MetadataResponse.MetadataResponseTopic(
+            error_code=draw(INT16),
+            name=draw(st.one_of(st.none(), NAME) if version >= 12 else NAME),
+            topic_id=draw(st.one_of(st.just(uuid.UUID(int=0)), st.uuids())),
+            is_internal=draw(st.booleans()),
+            partitions=draw(st.lists(metadata_partitions, max_size=6)),
+        )
+        for _ in range(draw(st.integers(0, 4)))
+    ]
+    brokers = [
+        MetadataResponse.MetadataResponseBroker(
+            node_id=draw(INT32), host=draw(NAME), port=draw(INT32),
+            rack=draw(st.one_of(st.none(), NAME)),
+        )
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    response = MetadataResponse(
+        throttle_time_ms=draw(INT32),
+        brokers=brokers,
+        cluster_id=draw(st.one_of(st.none(), NAME)),
+        controller_id=draw(INT32),
+        topics=topics,
+        error_code=draw(INT16),
+    )
+    return version, with_header(with_tags(bytes(response.encode(version=version)), draw(TAGS)))
+
+
+producer_states = st.builds(
+    DP.PartitionResponse.ProducerState,
+    producer_id=INT64,
+    producer_epoch=INT32,
+    last_sequence=INT32,
+    last_timestamp=INT64,
+    coordinator_epoch=INT32,
+    current_txn_start_offset=INT64,
+)
+
+
+@st.composite
+def describe_producers_responses(draw: st.DrawFn) -> bytes:
+    topics = []
+    for _ in range(draw(st.integers(0, 3))):
+        partitions = []
+        for _ in range(draw(st.integers(0, 8))):
+            empty = draw(st.booleans())  # most real partitions: error 0, no producer
+            partitions.append(
+                DP.PartitionResponse(
+                    partition_index=draw(INT32),
+                    error_code=0 if empty else draw(INT16),
+                    error_message=None if empty else draw(st.one_of(st.none(), NAME)),
+                    active_producers=[] if empty else draw(st.lists(producer_states, max_size=3)),
+                )
+            )
+        topics.append(DP(name=draw(NAME), partitions=partitions))
+    response = DescribeProducersResponse(throttle_time_ms=draw(INT32), topics=topics)
+    return with_header(with_tags(bytes(response.encode(version=0)), draw(TAGS)))
+
+
+def _producer_fields(s: Any) -> tuple[int, ...]:
+    return (s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp,
+            s.coordinator_epoch, s.current_txn_start_offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(metadata_responses())
+def test_lean_metadata_decodes_what_kafka_python_decodes(case: tuple[int, bytes]) -> None:
+    version, payload = case
+    ours = decode_metadata(payload, version)
+    theirs = MetadataResponse.decode(payload, version=version, header=True)
+    assert [(b.node_id, b.host, b.port, b.rack) for b in ours.brokers] == [
+        (b.node_id, b.host, b.port, b.rack) for b in theirs.brokers
+    ]
+    assert [
+        (t.error_code, t.name, t.topic_id, t.is_internal, t.partition_indexes, t.leader_ids)
+        for t in ours.topics
+    ] == [
+        (t.error_code, t.name, t.topic_id, t.is_internal,
+         [p.partition_index for p in t.partitions], [p.leader_id for p in t.partitions])
+        for t in theirs.topics
+    ]
+    assert ours.replica_ids == {r for t in theirs.topics for p in t.partitions
+                                for r in p.replica_nodes}
+    # And what the poller builds from either is the same.
+    assert parse_metadata(ours) == parse_metadata(theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(describe_producers_responses())
+def test_lean_describe_producers_decodes_what_kafka_python_decodes(payload: bytes) -> None:
+    ours = decode_describe_producers(payload, 0)
+    theirs = DescribeProducersResponse.decode(payload, version=0, header=True)
+    assert ours.throttle_time_ms == theirs.throttle_time_ms
+    assert [
+        (t.name, [(p.partition_index, p.error_code, p.error_message,
+                   [_producer_fields(s) for s in p.active_producers]) for p in t.partitions])
+        for t in ours.topics
+    ] == [
+        (t.name, [(p.partition_index, p.error_code, p.error_message,
+                   [_producer_fields(s) for s in p.active_producers])
+                  for p in t.partitions if p.error_code != 0 or p.active_producers])
+        for t in theirs.topics
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(describe_producers_responses(), st.data())
+def test_truncated_describe_producers_raises_never_returns_partial(
+    payload: bytes, data: st.DataObject
+) -> None:
+    cut = data.draw(st.integers(4, len(payload) - 1))
+    with pytest.raises(Exception):  # noqa: B017 - any error becomes the request's DecodeError
+        decode_describe_producers(payload[:cut], 0)
+
+
+def test_null_topics_array_is_a_shape_error_like_the_generic_path() -> None:
+    # throttle_time_ms then a compact array length 0 = null, which Kafka's schema forbids.
+    payload = with_header(struct.pack(">i", 0) + b"\x00" + b"\x00")
+    with pytest.raises(ShapeError):
+        decode_describe_producers(payload, 0)
+    with pytest.raises(ShapeError):
+        decode_response(DescribeProducersResponse, payload, 0, lean=True)
+    with pytest.raises(ShapeError):
+        decode_response(DescribeProducersResponse, payload, 0)
+
+
+def test_old_metadata_versions_still_use_kafka_python() -> None:
+    response = MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None,
+                                controller_id=1, topics=[])
+    payload = struct.pack(">i", 7) + bytes(response.encode(version=8))
+    decoded = lean(MetadataResponse)(payload, 8)
+    assert isinstance(decoded, MetadataResponse)
+
+
+def _metadata_payload(controller_id: int, throttle_time_ms: int, leader_of_p1: int) -> bytes:
+    partitions = [
+        MP(error_code=0, partition_index=p, leader_id=leader, leader_epoch=3,
+           replica_nodes=[1, 2], isr_nodes=[1, 2], offline_replicas=[])
+        for p, leader in ((0, 1), (1, leader_of_p1))
+    ]
+    response = MetadataResponse(
+        throttle_time_ms=throttle_time_ms,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=n, host="h", port=9092 + n,
+                                                         rack=None) for n in (1, 2)],
+        cluster_id="c",
+        controller_id=controller_id,
+        topics=[MetadataResponse.MetadataResponseTopic(
+            error_code=0, name="t", topic_id=uuid.UUID(int=5), is_internal=False,
+            partitions=partitions)],
+    )
+    return with_header(bytes(response.encode(version=13)))
+
+
+def test_metadata_identity_ignores_controller_and_throttle_but_not_a_leader() -> None:
+    # KRaft names a random broker as controller in each answer: not a change of state.
+    base = metadata_identity(_metadata_payload(1, 0, leader_of_p1=2), 13)
+    assert metadata_identity(_metadata_payload(2, 50, leader_of_p1=2), 13) == base
+    assert metadata_identity(_metadata_payload(1, 0, leader_of_p1=1), 13) != base
+
+
+def test_client_reuses_an_unchanged_metadata_parse_and_sees_a_new_leader() -> None:
+    client = ClusterClient(ClusterSettings(name="c", bootstrap_servers=("h:9092",)))
+    first = client._decode_full_metadata(_metadata_payload(1, 0, leader_of_p1=2), 13)
+    again = client._decode_full_metadata(_metadata_payload(2, 0, leader_of_p1=2), 13)
+    assert again == first and again.leaders is not first.leaders  # a copy the poll may change
+    again.leaders[TopicPartition("t", 1)] = 7  # the poll re-routing after NOT_LEADER...
+    assert client._decode_full_metadata(_metadata_payload(1, 0, leader_of_p1=2), 13) == first
+    moved = client._decode_full_metadata(_metadata_payload(2, 0, leader_of_p1=1), 13)
+    assert moved.leaders == {TopicPartition("t", 0): 1, TopicPartition("t", 1): 1}
+    assert client._decode_full_metadata(_metadata_payload(1, 0, leader_of_p1=1), 13) == moved
+
+
+def test_metadata_parse_pauses_the_gc_and_restores_its_state() -> None:
+    # The parse pauses the cyclic GC for its allocations; it must never leave it changed.
+    client = ClusterClient(ClusterSettings(name="c", bootstrap_servers=("h:9092",)))
+    assert gc.isenabled()
+    client._decode_full_metadata(_metadata_payload(1, 0, leader_of_p1=2), 13)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        client._decode_full_metadata(_metadata_payload(1, 0, leader_of_p1=1), 13)
+        assert not gc.isenabled()  # someone else's choice stays
+    finally:
+        gc.enable()
