@@ -11,6 +11,19 @@ registry holds our `SnapshotCollector`, as `serve` does. Measured variants (same
 - `late_full`: as `late` plus each partition's max-duration and LSO-lag series (3N series),
   what a cluster with N late transactions really shows.
 
+The `served` variants are whole /metrics answers of the exporter's registry (`build_registry`:
+snapshot collector + process/platform/GC collectors) through a WSGI call, no socket:
+
+- `uncached` (baseline): prometheus_client's `make_wsgi_app`, what /metrics did before
+  exporter/expose/render_cache.py: every scrape formats every series;
+- `cached`: our /metrics app, scrapes with no publish in between (the snapshot families'
+  bytes are reused; process/GC/platform metrics rendered fresh);
+- `after_publish`: our app, each scrape right after a publish (a miss: what the first scrape
+  after every poll costs; the publish itself is not timed);
+- `cached_gzip`: as `cached` with `Accept-Encoding: gzip` (the whole body is compressed on
+  every scrape);
+- `full_cached` / `full_uncached`: the 3N-series snapshot (`late_full`), cached vs before.
+
 Each variant: `--repeat` renders (default 20), median and p90 of wall time and CPU time
 (`time.process_time`), in this process (no I/O, no threads: wall ~ CPU).
 
@@ -20,6 +33,8 @@ Run: python benchmarks/bench_scrape_metrics.py [--late 10000] [--repeat 20]
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import statistics
 import sys
 import time
@@ -112,11 +127,18 @@ def _registry_gauge(late_count: int) -> Any:
 def _time_renders(registry: Any, repeat: int) -> dict[str, Any]:
     from prometheus_client import generate_latest
 
+    return _time(lambda: generate_latest(registry), repeat)
+
+
+def _time(render: Any, repeat: int, before_each: Any = None) -> dict[str, Any]:
+    """Wall and CPU time of `render()`; `before_each()` runs untimed before every call."""
     walls, cpus = [], []
-    size = len(generate_latest(registry))  # warm-up; also the body size
+    size = len(render())  # warm-up (fills a cache); also the body size
     for _ in range(repeat):
+        if before_each is not None:
+            before_each()
         wall, cpu = time.perf_counter(), time.process_time()
-        generate_latest(registry)
+        render()
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     walls.sort()
@@ -126,6 +148,46 @@ def _time_renders(registry: Any, repeat: int) -> dict[str, Any]:
         "cpu_median_ms": round(statistics.median(cpus) * 1000, 2),
         "bytes": size,
     }
+
+
+def _served(late_count: int, repeat: int) -> dict[str, dict[str, Any]]:
+    """Whole /metrics answers of the exporter's registry through WSGI (see the docstring)."""
+    from prometheus_client import make_wsgi_app
+
+    from exporter.cli import build_registry
+    from exporter.expose.collector import SnapshotStore
+    from exporter.expose.render_cache import make_metrics_app
+    from exporter.settings import ClusterSettings
+
+    def scrape(app: Any, **headers: str) -> Any:
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "",
+                   **headers}
+        return lambda: b"".join(app(environ, lambda status, headers, *exc: None))
+
+    out: dict[str, dict[str, Any]] = {}
+    for prefix, full in (("", False), ("full_", True)):
+        store = SnapshotStore([ClusterSettings(name="bench",
+                                               bootstrap_servers=("localhost:9092",))])
+        snap = _snapshot(late_count, full)
+        store.publish(snap)
+        registry = build_registry(store)
+        ours = make_metrics_app(registry)
+        out[f"{prefix}uncached"] = _time(scrape(make_wsgi_app(registry)), repeat)
+        out[f"{prefix}cached"] = _time(scrape(ours), repeat)
+        if not full:
+            # publish() makes a new state object even for the same snapshot: a cache miss
+            publish = functools.partial(store.publish, snap)
+            out["after_publish"] = _time(scrape(ours), repeat, publish)
+            out["cached_gzip"] = _time(scrape(ours, HTTP_ACCEPT_ENCODING="gzip"), repeat)
+    return out
+
+
+def _expose_fingerprint() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((Path(__file__).resolve().parent.parent / "exporter" / "expose")
+                       .glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def main(argv: list[str]) -> int:
@@ -140,12 +202,19 @@ def main(argv: list[str]) -> int:
         "late": _time_renders(_registry_ours(args.late, False), args.repeat),
         "late_full": _time_renders(_registry_ours(args.late, True), args.repeat),
     }
+    served = _served(args.late, args.repeat)
     result: dict[str, Any] = {
         "bench": "scrape_metrics",
         "machine": machine,
         "late_transactions": args.late,
         "repeat": args.repeat,
+        "expose_fingerprint": _expose_fingerprint(),
         "variants": variants,
+        "served": served,
+        "ratio_cached_vs_uncached": common.ratio(served["cached"]["median_ms"],
+                                                 served["uncached"]["median_ms"]),
+        "ratio_after_publish_vs_uncached": common.ratio(served["after_publish"]["median_ms"],
+                                                        served["uncached"]["median_ms"]),
         "ratio_late_vs_gauge": common.ratio(variants["late"]["median_ms"],
                                             variants["gauge"]["median_ms"]),
         "ratio_late_vs_empty": common.ratio(variants["late"]["median_ms"],
@@ -160,6 +229,13 @@ def main(argv: list[str]) -> int:
               f"CPU {v['cpu_median_ms']:>8.2f} ms  {v['bytes']:>9} bytes")
     print(f"  ratios: late/gauge {result['ratio_late_vs_gauge']}, late/empty "
           f"{result['ratio_late_vs_empty']}, late_full/late {result['ratio_late_full_vs_late']}")
+    print(f"/metrics of build_registry through WSGI, {args.late} late transactions "
+          f"(full_*: 3x the series):")
+    for name, v in served.items():
+        print(f"  {name:<14} median {v['median_ms']:>8.2f} ms  p90 {v['p90_ms']:>8.2f} ms  "
+              f"CPU {v['cpu_median_ms']:>8.2f} ms  {v['bytes']:>9} bytes")
+    print(f"  ratios: cached/uncached {result['ratio_cached_vs_uncached']}, after_publish/"
+          f"uncached {result['ratio_after_publish_vs_uncached']}")
     common.emit(result)
     return 0
 

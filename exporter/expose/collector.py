@@ -4,7 +4,8 @@ Polls publish into a `SnapshotStore`; every publish builds a new immutable `Expo
 swaps one reference, so a scrape reads one consistent state without taking a lock, never waits
 for a poll and never sees half of one. Metric families are built fresh on every scrape (the
 prometheus_client custom-collector model), so a series vanishes as soon as the snapshot that
-produced it is replaced: a finished transaction's series disappears on the next poll.
+produced it is replaced: a finished transaction's series disappears on the next poll. /metrics
+formats them once per published state (exporter.expose.render_cache).
 
 Data series come only from a snapshot whose `up` is true; a broker with `up=False` has its
 per-broker data series left out (missing data is never reported as zero).
@@ -183,10 +184,18 @@ def _labels(cluster_state: ClusterState, /, **extra: str) -> dict[str, str]:
 
 
 class SnapshotCollector(Collector):
-    """Builds every metric family from one `SnapshotStore.states()` read per scrape."""
+    """Builds every metric family from one `SnapshotStore.states()` read per scrape.
+
+    `collect()` is a pure function of `published_states()` (no clock, no other input), which is
+    what lets exporter.expose.render_cache reuse its rendered bytes until the next publish.
+    """
 
     def __init__(self, store: SnapshotStore) -> None:
         self._store = store
+
+    def published_states(self) -> Mapping[str, ClusterState]:
+        """What `collect()` would render now: a new object after every publish or failure."""
+        return self._store.states()
 
     def describe(self) -> Iterable[Metric]:
         """Declared so registering never triggers a collect."""

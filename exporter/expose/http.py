@@ -2,9 +2,10 @@
 
 A thread-per-request WSGI server (prometheus_client's ThreadingWSGIServer) runs in its own
 daemon thread. Handlers only read the `SnapshotStore`'s current state, so a scrape never waits
-for a poll. /metrics is prometheus_client's own WSGI app, which negotiates OpenMetrics vs text
-format from `Accept` and gzip from `Accept-Encoding`; concurrent identical scrapes share one
-render (`SingleFlight`). TLS (and client certificates) and basic
+for a poll. /metrics negotiates OpenMetrics vs text format from `Accept` and gzip from
+`Accept-Encoding` as prometheus_client's own WSGI app does, renders the snapshot families once
+per published state (exporter.expose.render_cache) and shares one render between concurrent
+identical scrapes (`SingleFlight`). TLS (and client certificates) and basic
 auth (bcrypt hashes, `basic_auth_users`) come from an exporter-toolkit web config file
 (`load_web_config`). prometheus_client has no server-side authentication, so basic auth is a
 WSGI wrapper (`BasicAuth`) around the whole app.
@@ -30,12 +31,12 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import bcrypt
 import yaml
-from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import CollectorRegistry
 
 from exporter.config import ConfigError
 from exporter.expose.collector import SnapshotStore
+from exporter.expose.render_cache import make_metrics_app
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
 from exporter.settings import WebSettings
@@ -51,7 +52,7 @@ def make_app(
     `/` is the status page (exporter.expose.status); `config_file` goes into its abort
     command lines.
     """
-    metrics_app = SingleFlight(make_wsgi_app(registry))
+    metrics_app = SingleFlight(make_metrics_app(registry))
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/") or "/"
@@ -103,8 +104,9 @@ class SingleFlight:
     scrapers arriving together would each render the same snapshot, serialized by the GIL, so
     the last waits 50 renders. A request that arrives while an identical one (same method,
     query, Accept, Accept-Encoding) is being rendered waits for that render and gets its bytes
-    instead. Nothing is cached beyond that: a request arriving after a render finished renders
-    afresh, so data are never older than the render already under way when it arrived.
+    instead. SingleFlight keeps nothing once a render finished (the snapshot families' bytes are
+    reused until the next publish by exporter.expose.render_cache, the rest is rendered afresh),
+    so data are never older than the render already under way when a request arrived.
     """
 
     def __init__(self, app: WsgiApp) -> None:

@@ -1,0 +1,242 @@
+"""/metrics renders the snapshot families once per published state (exporter/expose/render_cache):
+a scrape with no publish since the last one reuses their bytes, a publish invalidates them, the
+other collectors stay fresh, and the answers are the ones prometheus_client's own app gives."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pytest
+from exporter_factories import broker, late, open_txn, snapshot
+from prometheus_client import make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+from prometheus_client.parser import text_string_to_metric_families as text_parse
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from exporter.cli import build_registry
+from exporter.expose.collector import SnapshotCollector, SnapshotStore
+from exporter.expose.render_cache import MAX_CACHED_FORMATS, make_metrics_app
+from exporter.settings import ClusterSettings
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+WsgiApp = Any
+
+
+class CountingSnapshotCollector(SnapshotCollector):
+    """Counts collects: the observable difference between a cached and a fresh render."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        super().__init__(store)
+        self.collects = 0
+
+    def collect(self) -> Iterator[Metric]:
+        self.collects += 1
+        yield from super().collect()
+
+
+class TickCollector(Collector):
+    """A counter that advances on every collect, like process_cpu_seconds_total."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ticks = 0
+
+    def collect(self) -> Iterable[Metric]:
+        self.ticks += 1
+        yield CounterMetricFamily(self.name, "Collects so far.", value=self.ticks)
+
+
+class StaticCollector(Collector):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(self.name, 'Doc with "quotes" and \\ backslash.',
+                                   labels=["k"])
+        family.add_metric(['va"l\\ue\n'], 2.5)
+        yield family
+
+
+def scrape(app: WsgiApp, accept: str | None = None, query: str = "",
+           accept_encoding: str | None = None, method: str = "GET") -> tuple[str, dict[str, str],
+                                                                          bytes]:
+    environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": "/metrics",
+                               "QUERY_STRING": query}
+    if accept is not None:
+        environ["HTTP_ACCEPT"] = accept
+    if accept_encoding is not None:
+        environ["HTTP_ACCEPT_ENCODING"] = accept_encoding
+    captured: list[Any] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], *_: Any) -> None:
+        captured[:] = [status, dict(headers)]
+
+    body = b"".join(app(environ, start_response))
+    return captured[0], captured[1], body
+
+
+@pytest.fixture
+def store() -> SnapshotStore:
+    return SnapshotStore([ClusterSettings(name="c1", bootstrap_servers=("h:1",))])
+
+
+def late_snapshot(age_ms: int, producer_id: int = 7) -> Any:
+    txn = open_txn("orders", 3, producer_id=producer_id, age_ms=age_ms)
+    return snapshot("c1", brokers=[broker(1, late_=1, hanging=1)],
+                    late_transactions=[late(txn, transactional_id="writer-1")])
+
+
+def late_ages(body: bytes) -> dict[str, float]:
+    return {s.labels["producer_id"]: s.value
+            for f in text_parse(body.decode()) for s in f.samples
+            if s.name == "kafka_late_transaction_age_seconds"}
+
+
+def test_second_scrape_without_publish_reuses_snapshot_render_others_fresh(
+    store: SnapshotStore,
+) -> None:
+    collector = CountingSnapshotCollector(store)
+    tick = TickCollector("ticks")
+    registry = CollectorRegistry()
+    registry.register(collector)
+    registry.register(tick)
+    app = make_metrics_app(registry)
+    store.publish(late_snapshot(400_000))
+
+    _, _, first = scrape(app)
+    _, _, second = scrape(app)
+
+    assert collector.collects == 1  # the snapshot families were not collected again
+    assert "ticks_total 1.0" in first.decode() and "ticks_total 2.0" in second.decode()
+    assert first.replace(b"ticks_total 1.0", b"ticks_total 2.0") == second
+    assert late_ages(second) == {"7": 400.0}
+
+
+def test_publish_and_failed_poll_invalidate_the_render(store: SnapshotStore) -> None:
+    collector = CountingSnapshotCollector(store)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    app = make_metrics_app(registry)
+    store.publish(late_snapshot(400_000))
+    assert late_ages(scrape(app)[2]) == {"7": 400.0}
+
+    store.publish(late_snapshot(500_000, producer_id=8))
+    body = scrape(app)[2]
+    assert late_ages(body) == {"8": 500.0}
+    assert collector.collects == 2
+
+    store.record_failure("c1", "boom", 0.1)  # stale data must vanish at once
+    body = scrape(app)[2]
+    assert late_ages(body) == {}
+    assert 'kafka_txn_exporter_up{cluster="c1"} 0.0' in body.decode()
+    assert collector.collects == 3
+
+
+@pytest.mark.parametrize("accept", [
+    None,
+    "text/plain; version=1.0.0; escaping=allow-utf-8",
+    OPENMETRICS,
+    "application/openmetrics-text; version=1.0.0; escaping=dots",
+    "application/openmetrics-text",
+])
+def test_body_is_byte_identical_to_prometheus_client_app(
+    store: SnapshotStore, accept: str | None
+) -> None:
+    """Registration order is kept: a fresh collector before and after the cached one."""
+    registry = CollectorRegistry()
+    registry.register(StaticCollector("before_static"))
+    registry.register(SnapshotCollector(store))
+    registry.register(StaticCollector("after_static"))
+    store.publish(late_snapshot(400_000))
+    reference = scrape(make_wsgi_app(registry), accept)
+    app = make_metrics_app(registry)
+    assert scrape(app, accept) == reference
+    assert scrape(app, accept) == reference  # cached
+
+
+def test_openmetrics_single_eof_and_same_samples_as_uncached(store: SnapshotStore) -> None:
+    """With the real registry (process/GC/platform collectors) values of process metrics move
+    between two renders, so compare the series and the values of everything else."""
+    registry = build_registry(store)
+    store.publish(late_snapshot(400_000))
+    app = make_metrics_app(registry)
+    for _ in range(2):  # a miss, then a hit
+        status, headers, body = scrape(app, OPENMETRICS)
+        assert status == "200 OK"
+        assert headers["Content-Type"].startswith("application/openmetrics-text")
+        assert body.count(b"# EOF") == 1 and body.endswith(b"# EOF\n")
+        ours = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in om_parse(body.decode()) for s in f.samples}
+        reference_body = scrape(make_wsgi_app(registry), OPENMETRICS)[2]
+        reference = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                     for f in om_parse(reference_body.decode()) for s in f.samples}
+        assert ours.keys() == reference.keys()
+        assert {k: v for k, v in ours.items() if k[0].startswith("kafka_")} == {
+            k: v for k, v in reference.items() if k[0].startswith("kafka_")}
+        assert ("kafka_late_transaction_age_seconds" in {k[0] for k in ours})
+        assert any(k[0].startswith("process_") or k[0] == "python_info" for k in ours)
+
+
+def test_text_and_openmetrics_are_cached_separately(store: SnapshotStore) -> None:
+    collector = CountingSnapshotCollector(store)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    app = make_metrics_app(registry)
+    store.publish(late_snapshot(400_000))
+    text, om = scrape(app)[2], scrape(app, OPENMETRICS)[2]
+    assert scrape(app)[2] == text and scrape(app, OPENMETRICS)[2] == om
+    assert collector.collects == 2
+    assert b"# EOF" not in text
+
+
+def test_formats_kept_are_bounded(store: SnapshotStore) -> None:
+    """A client cycling OpenMetrics versions cannot pin one body per variant."""
+    collector = CountingSnapshotCollector(store)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    app = make_metrics_app(registry)
+    store.publish(late_snapshot(400_000))
+    versions = [f"application/openmetrics-text; version=1.0.{i}"
+                for i in range(MAX_CACHED_FORMATS + 1)]
+    for accept in versions:
+        scrape(app, accept)
+    scrape(app, versions[-1])  # still cached
+    assert collector.collects == MAX_CACHED_FORMATS + 1
+    scrape(app, versions[0])  # the oldest was evicted
+    assert collector.collects == MAX_CACHED_FORMATS + 2
+
+
+def test_name_filters_still_apply(store: SnapshotStore) -> None:
+    registry = build_registry(store)
+    app = make_metrics_app(registry)
+    store.publish(late_snapshot(400_000))
+    scrape(app)  # fill the cache: the filter must not be answered from it
+    query = "name[]=kafka_txn_exporter_up&name[]=kafka_late_transaction_age_seconds"
+    for accept in (None, OPENMETRICS):
+        status, _, body = scrape(app, accept, query=query)
+        assert status == "200 OK"
+        parse = om_parse if accept else text_parse
+        names = {s.name for f in parse(body.decode()) for s in f.samples}
+        assert names == {"kafka_txn_exporter_up", "kafka_late_transaction_age_seconds"}
+
+
+def test_gzip_is_the_compressed_body(store: SnapshotStore) -> None:
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(store))
+    app = make_metrics_app(registry)
+    store.publish(late_snapshot(400_000))
+    plain = scrape(app, OPENMETRICS)[2]
+    _, headers, compressed = scrape(app, OPENMETRICS, accept_encoding="gzip")
+    assert headers["Content-Encoding"] == "gzip"
+    assert gzip.decompress(compressed) == plain
+
+
+def test_other_methods_answered_as_prometheus_client_does(store: SnapshotStore) -> None:
+    registry = build_registry(store)
+    app = make_metrics_app(registry)
+    status, headers, _ = scrape(app, method="POST")
+    assert status.startswith("405") and headers["Allow"] == "OPTIONS,GET"
+    assert scrape(app, method="OPTIONS")[0] == "200 OK"
