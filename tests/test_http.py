@@ -109,50 +109,20 @@ def test_status_page_at_root(base_url: str, store: SnapshotStore) -> None:
 
 # ------------------------------------------------------------------ TLS via the web config file
 
-import datetime as _dt  # noqa: E402
 import ssl  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from cryptography import x509  # noqa: E402
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+from security.pki import issue  # noqa: E402
 
 from exporter.config import ConfigError  # noqa: E402
 from exporter.expose.http import load_web_config  # noqa: E402
 
 
-def _issue(tmp: Path, name: str, issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
-           | None, *, ca: bool = False) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = _dt.datetime.now(_dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer[0].subject if issuer else subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _dt.timedelta(minutes=5))
-        .not_valid_after(now + _dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-    cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
-    (tmp / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp / f"{name}.key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
-    return cert, key
-
-
 @pytest.fixture
 def pki(tmp_path: Path) -> Path:
-    ca = _issue(tmp_path, "ca", None, ca=True)
-    _issue(tmp_path, "server", ca)
-    _issue(tmp_path, "client", ca)
+    ca = issue(tmp_path, "ca", None, ca=True)
+    issue(tmp_path, "server", ca, dns=("localhost",))
+    issue(tmp_path, "client", ca, dns=("localhost",))
     return tmp_path
 
 

@@ -1,8 +1,8 @@
 """Certificates generated per test (cryptography): a CA, broker/server certs, client certs.
 
-Why not reuse the helpers in tests/test_http.py / tests/collect: those make one self-signed
-cert or one CA with `localhost` only; the security tests need IP SANs (the simulator advertises
-127.0.0.1), a cert for the wrong host, and a second, untrusted CA.
+Also used by tests/test_http.py. Why not the helpers in tests/collect: those make one
+self-signed cert or one CA with `localhost` only; the security tests need IP SANs (the
+simulator advertises 127.0.0.1), a cert for the wrong host, and a second, untrusted CA.
 """
 
 from __future__ import annotations
