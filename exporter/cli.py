@@ -38,8 +38,9 @@ SHUTDOWN_POLL_WAIT_SECONDS = 2.5
 
 _CONFIG_HELP = """\
 Configuration: one YAML file (--config or KTE_CONFIG) with `clusters` (a list), `web`, `log`,
-`history` and `admin` sections; see exporter.example.yaml and README.md for every key. Precedence: flags > environment
-> file > defaults. A bad value stops start-up with exit status 2 and the field path, e.g.
+`history` and `admin` sections; see exporter.example.yaml and README.md for every key.
+Precedence: flags > environment > file > defaults. A bad value stops start-up with exit
+status 2 and the field path, e.g.
   clusters[0].poll_interval_seconds: expected a number of seconds or a duration like '30s'/'5m'
 """
 
