@@ -15,8 +15,8 @@ Processes (so that each CPU/RSS number belongs to one side only):
   describe_transactions(late ids)         FindCoordinator + DescribeTransactions
   list_partition_offsets(open partitions) ListOffsets x2 (READ_UNCOMMITTED / READ_COMMITTED)
 Not done by kafka-python (no admin API for it): reading each open transaction's start time
-(our poller's one Fetch per newly seen open transaction, first poll only). kafka-python uses
-LastTimestamp instead, as the broker does.
+(our poller's Fetches of newly seen open transactions, batched per leader, first poll only).
+kafka-python uses LastTimestamp instead, as the broker does.
 "Cold" = first poll of a fresh client (connections, ApiVersions; kafka-python: constructing
 KafkaAdminClient included); "warm" = the second poll on the same client.
 
@@ -56,8 +56,9 @@ KAFKA_PYTHON_CALLS = (
 OURS_CALLS = (
     "ClusterPoller.poll() then analyze() and SnapshotStore.publish(): Metadata, "
     "DescribeProducers (batches of 500 per leader), "
-    "ListTransactions (all brokers), DescribeConfigs (cold only), Fetch per new open txn "
-    "(cold only), FindCoordinator + DescribeTransactions (late ids), ListOffsets x2 per leader"
+    "ListTransactions (all brokers), DescribeConfigs (transaction.max.timeout.ms, cold only), "
+    "Fetch per leader for new open txns (100 partitions each, cold only), "
+    "FindCoordinator + DescribeTransactions (late ids), ListOffsets x2 per leader"
 )
 
 

@@ -350,7 +350,13 @@ def list_transactions_request(
 
 
 def describe_broker_config_request(broker_id: int) -> Callable[[BrokerConnection], Any]:
-    """All configs of BROKER `broker_id` (configuration_keys null): defaults are not filtered."""
+    """`transaction.max.timeout.ms` of BROKER `broker_id`, asked for by name.
+
+    Naming the key keeps the answer to one entry (all configs: ~200 per broker). It does not
+    filter defaults: a broker returns a requested key whatever its source (reference capture
+    07 answers `transactional.id.expiration.ms` with config_source 5, DEFAULT_CONFIG). The
+    reference's "ask for all" warns against kafka-python's `describe_configs` filter, which
+    drops defaults; null keys (all) would be the fallback if a broker ignored the list."""
 
     def build(connection: BrokerConnection) -> Any:
         return DescribeConfigsRequest(
@@ -358,7 +364,7 @@ def describe_broker_config_request(broker_id: int) -> Callable[[BrokerConnection
                 DescribeConfigsRequest.DescribeConfigsResource(
                     resource_type=BROKER_RESOURCE_TYPE,
                     resource_name=str(broker_id),
-                    configuration_keys=None,
+                    configuration_keys=[TRANSACTION_MAX_TIMEOUT_CONFIG],
                 )
             ],
             include_synonyms=False,
@@ -466,24 +472,45 @@ def fetch_request(
 
     The broker always returns the whole first batch even past max_bytes (KIP-74), and that
     batch header holds the max timestamp we want."""
+    return fetch_batch_request([(topic, topic_id, partition, offset)])
+
+
+def fetch_batch_request(
+    reads: Sequence[tuple[str, uuid.UUID | None, int, int]],
+) -> Callable[[BrokerConnection], Any]:
+    """One Fetch for several (topic, topic id, partition, offset) reads, each partition once.
+
+    Each partition gets FETCH_MAX_BYTES and the response as much in total. Only the first
+    partition with data is promised its whole first batch (KIP-74); a later one whose batch is
+    bigger gets a truncated batch (Kafka: a byte-limited slice of the log; its 61-byte v2
+    header is enough, see `first_batch_header`) or no records: the poller then re-reads that
+    partition alone."""
 
     def build(connection: BrokerConnection) -> Any:
-        # v13+ names topics by id only; without a known id stay on v12.
-        cap = None if topic_id is not None and topic_id != _ZERO_UUID else 12
-        version = connection.version_for(FetchRequest, max_version=cap)
-        fetch_partition = FetchRequest.FetchTopic.FetchPartition(
-            partition=partition,
-            current_leader_epoch=-1,
-            fetch_offset=offset,
-            last_fetched_epoch=-1,
-            log_start_offset=-1,
-            partition_max_bytes=FETCH_MAX_BYTES,
+        # v13+ names topics by id only; without a known id for every topic stay on v12.
+        cap = (
+            None
+            if all(topic_id is not None and topic_id != _ZERO_UUID for _, topic_id, _, _ in reads)
+            else 12
         )
+        version = connection.version_for(FetchRequest, max_version=cap)
+        by_topic: dict[str, tuple[uuid.UUID | None, list[Any]]] = {}
+        for topic, topic_id, partition, offset in reads:
+            by_topic.setdefault(topic, (topic_id, []))[1].append(
+                FetchRequest.FetchTopic.FetchPartition(
+                    partition=partition,
+                    current_leader_epoch=-1,
+                    fetch_offset=offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                    partition_max_bytes=FETCH_MAX_BYTES,
+                )
+            )
         return FetchRequest(
             replica_id=-1,
             max_wait_ms=0,
             min_bytes=0,
-            max_bytes=FETCH_MAX_BYTES,
+            max_bytes=FETCH_MAX_BYTES * len(reads),
             isolation_level=READ_UNCOMMITTED,
             session_id=0,
             session_epoch=-1,
@@ -491,8 +518,9 @@ def fetch_request(
                 FetchRequest.FetchTopic(
                     topic=topic,
                     topic_id=topic_id or _ZERO_UUID,
-                    partitions=[fetch_partition],
+                    partitions=partitions,
                 )
+                for topic, (topic_id, partitions) in by_topic.items()
             ],
             forgotten_topics_data=[],
             rack_id="",

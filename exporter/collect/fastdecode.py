@@ -1,4 +1,5 @@
-"""Lean decoders for the two big answers of a poll: Metadata (v9-v13) and DescribeProducers (v0).
+"""Lean decoders for the two big answers of a poll: Metadata (v9-v13) and DescribeProducers (v0),
+and for the many small Fetch answers (v12-v17) of a cold poll's start-time reads.
 
 Why: at 200,000 partitions kafka-python's generic decoder builds a DataContainer per partition
 (plus one per replica/ISR list), about a million objects per poll, and the cyclic GC then walks
@@ -27,6 +28,7 @@ from typing import Any
 
 from exporter.collect.shapes import ShapeError, check_response
 
+FETCH = 1
 METADATA = 3
 DESCRIBE_PRODUCERS = 61
 
@@ -38,6 +40,9 @@ _METADATA_PARTITION_HEAD = struct.Struct(">hiii")  # error_code, index, leader, 
 _DP_PARTITION_HEAD = struct.Struct(">ihBBB")
 _PRODUCER = struct.Struct(">qiiqiq")
 _ZERO_UUID_BYTES = bytes(16)
+# partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
+_FETCH_TOP = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
+_FETCH_PARTITION_HEAD = struct.Struct(">ihqqq")
 
 
 @dataclass(slots=True)
@@ -100,6 +105,34 @@ class LeanDescribeProducersResponse:
     API_VERSION: int
     throttle_time_ms: int
     topics: list[DescribeProducersTopic]
+
+
+@dataclass(slots=True)
+class FetchPartition:
+    partition_index: int
+    error_code: int
+    records: bytes | None
+
+
+@dataclass(slots=True)
+class FetchTopic:
+    topic: str | None
+    """The topic's name up to v12, None from v13 (named by id)."""
+    topic_id: uuid.UUID | None
+    """From v13; None before, and for the zero id (as kafka-python decodes it)."""
+    partitions: list[FetchPartition]
+
+
+@dataclass(slots=True)
+class LeanFetchResponse:
+    """Fetch answer for the start-time read: per partition only the error and the raw records
+    (the caller reads the first batch header itself); names as kafka-python's."""
+
+    API_KEY = FETCH
+    API_VERSION: int
+    throttle_time_ms: int
+    error_code: int
+    responses: list[FetchTopic]
 
 
 # -- primitives (flexible versions: unsigned varints, compact strings/arrays, tagged fields) --
@@ -315,12 +348,59 @@ def decode_describe_producers(payload: bytes, version: int) -> LeanDescribeProdu
     return LeanDescribeProducersResponse(version, throttle_time_ms, topics)
 
 
+# -- Fetch ----------------------------------------------------------------------------------
+
+
+def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
+    """Fetch response v12-v17 (flexible) -> `LeanFetchResponse`; watermarks, aborted
+    transactions and tagged fields are skipped."""
+    if not 12 <= version <= 17:
+        raise ValueError(f"lean Fetch decoder handles v12-v17, not v{version}")
+    data = bytes(payload)
+    pos = _skip_tags(data, 4)
+    throttle_time_ms, error_code, _session_id = _FETCH_TOP.unpack_from(data, pos)
+    count, pos = _array(data, pos + _FETCH_TOP.size, "responses")
+    topics: list[FetchTopic] = []
+    for _ in range(count):
+        topic: str | None = None
+        topic_id: uuid.UUID | None = None
+        if version >= 13:
+            raw_id = data[pos : pos + 16]
+            if raw_id != _ZERO_UUID_BYTES:
+                topic_id = uuid.UUID(bytes=raw_id)
+            pos += 16
+        else:
+            topic, pos = _string(data, pos, "responses[].topic")
+        partition_count, pos = _array(data, pos, "responses[].partitions")
+        partitions: list[FetchPartition] = []
+        for _ in range(partition_count):
+            index, partition_error, _hw, _lso, _lstart = _FETCH_PARTITION_HEAD.unpack_from(
+                data, pos
+            )
+            aborted, pos = _length(data, pos + _FETCH_PARTITION_HEAD.size)
+            for _ in range(max(aborted, 0)):
+                pos = _skip_tags(data, pos + 16)  # producer_id, first_offset
+            size, pos = _length(data, pos + 4)  # after preferred_read_replica
+            records: bytes | None = None
+            if size >= 0:
+                records = data[pos : pos + size]
+                pos += size
+            pos = _skip_tags(data, pos)
+            partitions.append(FetchPartition(index, partition_error, records))
+        pos = _skip_tags(data, pos)
+        topics.append(FetchTopic(topic, topic_id, partitions))
+    pos = _skip_tags(data, pos)
+    _end(data, pos)
+    return LeanFetchResponse(version, throttle_time_ms, error_code, topics)
+
+
 # -- dispatch ---------------------------------------------------------------------------------
 
 Decoder = Callable[[bytes, int], Any]
 """(payload with response header, version) -> decoded response."""
 
 _LEAN: dict[int, tuple[Decoder, range]] = {
+    FETCH: (decode_fetch, range(12, 18)),
     METADATA: (decode_metadata, range(9, 14)),
     DESCRIBE_PRODUCERS: (decode_describe_producers, range(0, 1)),
 }

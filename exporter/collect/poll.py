@@ -18,17 +18,20 @@ from typing import Any
 
 import structlog
 from kafka.protocol.admin.transactions import DescribeProducersResponse
+from kafka.protocol.consumer.fetch import FetchResponse
 
 from exporter.analyze import effective_max_timeout_ms, is_late
 from exporter.collect.client import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    BatchHeader,
     ClusterClient,
     MetadataView,
     batch_partitions,
     describe_broker_config_request,
     describe_producers_request,
     describe_transactions_request,
+    fetch_batch_request,
     fetch_request,
     find_coordinator_requests,
     first_batch_header,
@@ -59,6 +62,8 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 NOT_COORDINATOR = 16
 TRANSACTIONAL_ID_NOT_FOUND = 105
 # Fetch errors after which re-reading the batch will not help: fall back for good.
+FETCH_BATCH_PARTITIONS = 100
+"""Start-time reads per Fetch request (distinct partitions of one leader)."""
 _PERMANENT_FETCH_ERRORS = frozenset({1, 3, 29})  # OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC, DENIED
 _RETRY_DELAY_SECONDS = 0.05
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -74,6 +79,7 @@ _SINCE_KAFKA = {
 # Lean: empty partitions (error 0, no producer) are not in the answer; the loop below skips
 # them anyway. At 200k partitions that is ~180k fewer objects per poll.
 _DECODE_DESCRIBE_PRODUCERS = lean(DescribeProducersResponse)
+_DECODE_FETCH = lean(FetchResponse)  # v12-v17: only errors and raw records (fastdecode)
 
 TxnKey = tuple[str, int, int, int, int]
 """(topic, partition, producer_id, producer_epoch, current_txn_start_offset)."""
@@ -335,7 +341,7 @@ class ClusterPoller:
         for txn in to_read:
             self._first_seen_ms.setdefault(txn.key, state.now_ms)
         if to_read:
-            await asyncio.gather(*(self._read_start_time(t, meta, state) for t in to_read))
+            await self._read_start_times(to_read, meta, state)
         result: list[OpenTransaction] = []
         for t in state.open_txns:
             cached = self._start_times.get(t.key)
@@ -366,6 +372,72 @@ class ClusterPoller:
             return last, StartTimeSource.LAST_TIMESTAMP
         return first_seen, StartTimeSource.FIRST_SEEN
 
+    async def _read_start_times(
+        self, to_read: list[_RawOpenTxn], meta: MetadataView, state: _PollState
+    ) -> None:
+        """Batch the reads: per leader, Fetches of up to FETCH_BATCH_PARTITIONS distinct
+        partitions (a second open txn on a partition goes in another request: one offset per
+        partition and request). A cold poll has one read per open txn (~2,000 at 200k)."""
+        batches: dict[int, list[dict[tuple[str, int], _RawOpenTxn]]] = {}
+        for txn in to_read:
+            per_leader = batches.setdefault(txn.leader_id, [])
+            key = (txn.topic, txn.partition)
+            for batch in per_leader:
+                if key not in batch and len(batch) < FETCH_BATCH_PARTITIONS:
+                    batch[key] = txn
+                    break
+            else:
+                per_leader.append({key: txn})
+        await asyncio.gather(
+            *(
+                self._read_start_batch(leader, list(batch.values()), meta, state)
+                for leader, per_leader in batches.items()
+                for batch in per_leader
+            )
+        )
+
+    async def _read_start_batch(
+        self, leader_id: int, txns: list[_RawOpenTxn], meta: MetadataView, state: _PollState
+    ) -> None:
+        if len(txns) == 1:
+            await self._read_start_time(txns[0], meta, state)
+            return
+        build = fetch_batch_request(
+            [
+                (t.topic, meta.topic_ids.get(t.topic), t.partition, t.current_txn_start_offset)
+                for t in txns
+            ]
+        )
+        try:
+            response = await self._client.send(leader_id, build, _DECODE_FETCH)
+        except CollectError as exc:
+            for _ in txns:
+                state.error(leader_id, "Fetch", exc.kind)  # as many as unbatched reads
+            return
+        if response.error_code != 0:
+            for txn in txns:
+                self._fetch_failed(txn, response.error_code, state)
+            return
+        names_by_id = {meta.topic_ids.get(t.topic): t.topic for t in txns}
+        answered: dict[tuple[str | None, int], Any] = {}
+        for topic in response.responses:
+            name = topic.topic if response.API_VERSION < 13 else names_by_id.get(topic.topic_id)
+            for p in topic.partitions:
+                answered[(name, p.partition_index)] = p
+        alone: list[_RawOpenTxn] = []
+        for txn in txns:
+            partition = answered.get((txn.topic, txn.partition))
+            if partition is None:
+                alone.append(txn)
+            elif partition.error_code != 0:
+                self._fetch_failed(txn, partition.error_code, state)
+            elif not self._take_batch_header(txn, first_batch_header(partition.records)):
+                # No records: the response's byte budget ran out before this partition's
+                # batch (only the first partition is promised a whole batch, KIP-74).
+                alone.append(txn)
+        if alone:
+            await asyncio.gather(*(self._read_start_time(t, meta, state) for t in alone))
+
     async def _read_start_time(
         self, txn: _RawOpenTxn, meta: MetadataView, state: _PollState
     ) -> None:
@@ -373,27 +445,36 @@ class ClusterPoller:
             txn.topic, meta.topic_ids.get(txn.topic), txn.partition, txn.current_txn_start_offset
         )
         try:
-            response = await self._client.send(txn.leader_id, build)
+            response = await self._client.send(txn.leader_id, build, _DECODE_FETCH)
         except CollectError as exc:
             state.error(txn.leader_id, "Fetch", exc.kind)
             return  # transient: fall back this poll, try again next poll
         partitions = [p for topic in response.responses for p in topic.partitions]
         code = response.error_code or (partitions[0].error_code if partitions else 0)
         if code != 0:
-            state.error(txn.leader_id, "Fetch", error_name(code))
-            if code in _PERMANENT_FETCH_ERRORS:
-                self._start_times[txn.key] = self._fallback_start(txn)
+            self._fetch_failed(txn, code, state)
             return
-        header = first_batch_header(partitions[0].records if partitions else None)
+        records = partitions[0].records if partitions else None
+        self._take_batch_header(txn, first_batch_header(records))
+
+    def _fetch_failed(self, txn: _RawOpenTxn, code: int, state: _PollState) -> None:
+        state.error(txn.leader_id, "Fetch", error_name(code))
+        if code in _PERMANENT_FETCH_ERRORS:
+            self._start_times[txn.key] = self._fallback_start(txn)
+
+    def _take_batch_header(self, txn: _RawOpenTxn, header: BatchHeader | None) -> bool:
+        """Cache the start time from the batch at the txn's first offset; False: no batch."""
+        if header is None:
+            return False
         if (
-            header is not None
-            and header.base_offset == txn.current_txn_start_offset
+            header.base_offset == txn.current_txn_start_offset
             and header.producer_id == txn.producer_id
         ):
             self._start_times[txn.key] = (header.max_timestamp, StartTimeSource.BATCH_TIMESTAMP)
-        elif header is not None:
+        else:
             # Another batch sits at that offset (log cleaned/truncated): do not guess again.
             self._start_times[txn.key] = self._fallback_start(txn)
+        return True
 
     def _evict_closed(self, state: _PollState, meta: MetadataView) -> None:
         """Forget transactions no longer open on partitions observed this poll."""

@@ -70,6 +70,9 @@ class FakeCluster:
     calls: list[tuple[int, int]] = field(default_factory=list)  # (broker, api_key)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     after_metadata: list[Callable[[], None]] = field(default_factory=list)
+    fetch_records_first_partition_only: bool = False
+    """Emulate a Fetch byte budget used up by the first partition's batch: later partitions
+    of a multi-partition request answer no records (KIP-74 promises only the first one)."""
     """Run once each after answering a Metadata request (e.g. move a leader right after)."""
 
     # -- Dispatcher -------------------------------------------------------------------------
@@ -170,52 +173,56 @@ class FakeCluster:
             topics.append(R(name=t.name, partitions=partitions))
         return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
 
-    # Fetch (one partition per request, as the poller sends)
+    # Fetch (one or more partitions per request: the poller batches per leader)
     def _api_1(self, ctx: RequestContext, request: Any) -> Any:
         by_id = {v: k for k, v in self.topic_ids.items()}
-        (topic,) = request.topics
-        (partition,) = topic.partitions
-        name = topic.topic if request.API_VERSION < 13 else by_id[topic.topic_id]
-        key = (name, partition.partition)
-        code = self._take_error(1, key)
-        records = b""
-        found = self.batches.get((name, partition.partition, partition.fetch_offset))
-        if not code and found is not None:
-            max_ts, pid, epoch = found
-            raw, _, _ = build_record_batch(
-                [(b"k", b"v", max_ts)],
-                producer_id=pid,
-                producer_epoch=epoch,
-                base_sequence=0,
-                transactional=True,
-            )
-            buf = bytearray(raw)
-            struct.pack_into(">q", buf, 0, partition.fetch_offset)
-            records = bytes(buf)
-        hw, lso = self.offsets.get(key, (0, 0))
         P = FetchResponse.FetchableTopicResponse.PartitionData
+        responses = []
+        for topic in request.topics:
+            name = topic.topic if request.API_VERSION < 13 else by_id[topic.topic_id]
+            partitions = []
+            for partition in topic.partitions:
+                key = (name, partition.partition)
+                code = self._take_error(1, key)
+                records = b""
+                found = self.batches.get((name, partition.partition, partition.fetch_offset))
+                if self.fetch_records_first_partition_only and (responses or partitions):
+                    found = None
+                if not code and found is not None:
+                    max_ts, pid, epoch = found
+                    raw, _, _ = build_record_batch(
+                        [(b"k", b"v", max_ts)],
+                        producer_id=pid,
+                        producer_epoch=epoch,
+                        base_sequence=0,
+                        transactional=True,
+                    )
+                    buf = bytearray(raw)
+                    struct.pack_into(">q", buf, 0, partition.fetch_offset)
+                    records = bytes(buf)
+                hw, lso = self.offsets.get(key, (0, 0))
+                partitions.append(
+                    P(
+                        partition_index=partition.partition,
+                        error_code=code,
+                        high_watermark=hw,
+                        last_stable_offset=lso,
+                        log_start_offset=0,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=records,
+                    )
+                )
+            responses.append(
+                FetchResponse.FetchableTopicResponse(
+                    topic=name, topic_id=topic.topic_id, partitions=partitions
+                )
+            )
         return FetchResponse(
             throttle_time_ms=0,
             error_code=0,
             session_id=0,
-            responses=[
-                FetchResponse.FetchableTopicResponse(
-                    topic=name,
-                    topic_id=topic.topic_id,
-                    partitions=[
-                        P(
-                            partition_index=partition.partition,
-                            error_code=code,
-                            high_watermark=hw,
-                            last_stable_offset=lso,
-                            log_start_offset=0,
-                            aborted_transactions=None,
-                            preferred_read_replica=-1,
-                            records=records,
-                        )
-                    ],
-                )
-            ],
+            responses=responses,
             node_endpoints=[],
         )
 

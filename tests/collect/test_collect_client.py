@@ -11,7 +11,9 @@ from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from simhelpers import capture
 
 from exporter.collect.client import (
+    TRANSACTION_MAX_TIMEOUT_CONFIG,
     batch_partitions,
+    describe_broker_config_request,
     first_batch_header,
     parse_find_coordinator,
     parse_metadata,
@@ -45,6 +47,28 @@ def test_unknown_topic_in_metadata_is_skipped() -> None:
 def test_transaction_max_timeout_from_all_broker_configs() -> None:
     # The capture's broker ran with transaction.max.timeout.ms=60000.
     assert parse_transaction_max_timeout_ms(decode("06", DescribeConfigsResponse)) == 60000
+
+
+class _V4Connection:
+    def version_for(self, request_class: Any, max_version: int | None = None) -> int:
+        return 4
+
+
+def test_describe_configs_asks_only_for_the_max_timeout_of_that_broker() -> None:
+    request: Any = describe_broker_config_request(7)(_V4Connection())  # type: ignore[arg-type]
+    assert [
+        (r.resource_type, r.resource_name, r.configuration_keys) for r in request.resources
+    ] == [(4, "7", ["transaction.max.timeout.ms"])]
+
+
+def test_requested_key_is_answered_even_when_default() -> None:
+    # Capture 07 names keys: the one left at its default (transactional.id.expiration.ms,
+    # config_source 5 DEFAULT_CONFIG) is still returned, so naming the key drops nothing.
+    response = decode("07", DescribeConfigsResponse)
+    sources = {c.name: c.config_source for r in response.results for c in r.configs}
+    assert sources["transactional.id.expiration.ms"] == 5
+    assert TRANSACTION_MAX_TIMEOUT_CONFIG in sources
+    assert parse_transaction_max_timeout_ms(response) == 60000
 
 
 def test_find_coordinator_batched_and_single_shapes() -> None:

@@ -16,11 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin.transactions import DescribeProducersResponse
+from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.metadata import MetadataResponse
 
-from exporter.collect.client import ClusterClient, parse_metadata
+from exporter.collect.client import ClusterClient, first_batch_header, parse_metadata
 from exporter.collect.fastdecode import (
+    LeanFetchResponse,
     decode_describe_producers,
+    decode_fetch,
     decode_metadata,
     decode_response,
     lean,
@@ -261,3 +264,93 @@ def test_metadata_parse_pauses_the_gc_and_restores_its_state() -> None:
         assert not gc.isenabled()  # someone else's choice stays
     finally:
         gc.enable()
+
+
+# -- Fetch (start-time reads) ----------------------------------------------------------------
+
+FP = FetchResponse.FetchableTopicResponse.PartitionData
+_BATCH_V2 = struct.Struct(">qiibIhiqqqhii")
+
+
+@st.composite
+def fetch_records(draw: st.DrawFn) -> bytes | None:
+    """Null, random bytes, or a v2 batch header (whole or truncated) plus arbitrary tail."""
+    kind = draw(st.sampled_from(["null", "random", "batch"]))
+    if kind == "null":
+        return None
+    if kind == "random":
+        return draw(st.binary(max_size=80))
+    header = _BATCH_V2.pack(
+        draw(INT64), draw(st.integers(49, 200)), draw(INT32), 2, draw(st.integers(0, 2**32 - 1)),
+        draw(INT16), draw(INT32), draw(INT64), draw(INT64), draw(INT64), draw(INT16),
+        draw(INT32), draw(st.integers(0, 3)),
+    )
+    return header[: draw(st.integers(0, len(header)))] + draw(st.binary(max_size=20))
+
+
+@st.composite
+def fetch_responses(draw: st.DrawFn) -> tuple[int, bytes]:
+    version = draw(st.integers(12, 17))
+    topics = []
+    for _ in range(draw(st.integers(0, 2))):
+        partitions = [
+            FP(
+                partition_index=draw(INT32),
+                error_code=draw(INT16),
+                high_watermark=draw(INT64),
+                last_stable_offset=draw(INT64),
+                log_start_offset=draw(INT64),
+                aborted_transactions=draw(st.one_of(st.none(), st.lists(st.builds(
+                    FP.AbortedTransaction, producer_id=INT64, first_offset=INT64), max_size=3))),
+                preferred_read_replica=draw(INT32),
+                records=draw(fetch_records()),
+            )
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        topics.append(FetchResponse.FetchableTopicResponse(
+            topic=draw(NAME), topic_id=draw(st.one_of(st.just(uuid.UUID(int=0)), st.uuids())),
+            partitions=partitions))
+    response = FetchResponse(throttle_time_ms=draw(INT32), error_code=draw(INT16),
+                             session_id=draw(INT32), responses=topics)
+    return version, with_header(with_tags(bytes(response.encode(version=version)), draw(TAGS)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fetch_responses())
+def test_lean_fetch_decodes_what_kafka_python_and_kafka_record_decode(
+    case: tuple[int, bytes],
+) -> None:
+    version, payload = case
+    ours = decode_fetch(payload, version)
+    theirs = FetchResponse.decode(payload, version=version, header=True)
+    assert (ours.throttle_time_ms, ours.error_code) == (theirs.throttle_time_ms, theirs.error_code)
+
+    def fields(response: Any) -> list[list[tuple[Any, ...]]]:
+        # Records compared raw and as the first batch header the poller reads (kafka.record).
+        return [
+            [(t.topic if version < 13 else t.topic_id)]
+            + [(p.partition_index, p.error_code, None if p.records is None else bytes(p.records),
+                first_batch_header(p.records)) for p in t.partitions]
+            for t in response.responses
+        ]
+
+    assert fields(ours) == fields(theirs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fetch_responses(), st.data())
+def test_truncated_fetch_raises_never_returns_partial(
+    case: tuple[int, bytes], data: st.DataObject
+) -> None:
+    version, payload = case
+    cut = data.draw(st.integers(5, len(payload) - 1))
+    with pytest.raises((ValueError, IndexError, struct.error)):
+        decode_fetch(payload[:cut], version)
+
+
+def test_fetch_versions_outside_the_lean_range_use_kafka_python() -> None:
+    response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[])
+    payload = struct.pack(">i", 7) + bytes(response.encode(version=11))  # header v0
+    assert type(decode_response(FetchResponse, payload, 11, lean=True)) is FetchResponse
+    assert isinstance(lean(FetchResponse)(with_header(bytes(response.encode(version=17))), 17),
+                      LeanFetchResponse)

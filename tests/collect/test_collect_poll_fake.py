@@ -185,6 +185,49 @@ def test_start_time_read_once_and_forgotten_when_closed(make_env: MakeEnv) -> No
     assert sum(1 for _, k in fake.calls if k == FETCH) == 2
 
 
+def _three_open_on_leader_1(fake: FakeCluster) -> dict[int, int]:
+    """Open txns on t-0, t-3, t-4, all led by broker 1 -> {partition: batch max timestamp}."""
+    starts = {}
+    for p, pid in ((0, 3), (3, 4), (4, 5)):
+        fake.leaders[("t", p)] = 1
+        starts[p] = now_ms() - (p + 1) * MINUTE_MS
+        fake.producers[("t", p)] = [Producer(pid, 0, last_timestamp=now_ms(), start_offset=5)]
+        fake.batches[("t", p, 5)] = (starts[p], pid, 0)
+    return starts
+
+
+@pytest.mark.parametrize("budget_runs_out", [False, True])
+def test_start_times_of_one_leader_read_in_one_fetch_batchless_partitions_alone(
+    make_env: MakeEnv, budget_runs_out: bool
+) -> None:
+    fake = three_brokers()
+    starts = _three_open_on_leader_1(fake)
+    fake.fetch_records_first_partition_only = budget_runs_out
+    env = make_env(fake)
+    obs = env.poll()
+    assert {
+        t.partition: (t.start_time_ms, t.start_time_source) for t in obs.open_transactions
+    } == {p: (ms, StartTimeSource.BATCH_TIMESTAMP) for p, ms in starts.items()}
+    # One batched Fetch; when only its first partition got records, the other two alone.
+    assert [b for b, k in fake.calls if k == FETCH] == [1] * (3 if budget_runs_out else 1)
+    assert obs.request_errors == ()
+
+
+def test_error_of_one_partition_in_a_batched_fetch_stays_with_that_partition(
+    make_env: MakeEnv,
+) -> None:
+    fake = three_brokers()
+    starts = _three_open_on_leader_1(fake)
+    fake.errors[(FETCH, ("t", 3))] = [1]  # OFFSET_OUT_OF_RANGE for t-3 only
+    env = make_env(fake)
+    obs = env.poll()
+    sources = {t.partition: (t.start_time_ms, t.start_time_source) for t in obs.open_transactions}
+    assert sources[0] == (starts[0], StartTimeSource.BATCH_TIMESTAMP)
+    assert sources[4] == (starts[4], StartTimeSource.BATCH_TIMESTAMP)
+    assert sources[3][1] is not StartTimeSource.BATCH_TIMESTAMP
+    assert [(e.broker_id, e.api) for e in obs.request_errors] == [(1, "Fetch")]
+
+
 def test_unreadable_batch_falls_back_to_earlier_of_last_timestamp_and_first_seen(
     make_env: MakeEnv,
 ) -> None:
