@@ -240,3 +240,31 @@ def test_other_methods_answered_as_prometheus_client_does(store: SnapshotStore) 
     status, headers, _ = scrape(app, method="POST")
     assert status.startswith("405") and headers["Allow"] == "OPTIONS,GET"
     assert scrape(app, method="OPTIONS")[0] == "200 OK"
+
+
+def test_publish_prerenders_the_formats_scraped_before(store: SnapshotStore) -> None:
+    """The first scrape after a poll finds its bytes ready: the publish rendered them."""
+    from exporter.expose.render_cache import SnapshotRenderCache
+
+    collector = CountingSnapshotCollector(store)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    cache = SnapshotRenderCache()
+    store.on_change(lambda: cache.warm(registry))
+    app = make_metrics_app(registry, cache)
+    store.publish(late_snapshot(400_000))
+    assert collector.collects == 0  # nobody scraped yet: nothing rendered for nothing
+    scrape(app, OPENMETRICS)
+    assert collector.collects == 1
+
+    store.publish(late_snapshot(500_000, producer_id=8))
+    assert collector.collects == 2  # rendered by the publish, in the format asked before
+    _, headers, body = scrape(app, OPENMETRICS)
+    assert collector.collects == 2  # the scrape itself collected nothing
+    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    ages = {s.labels["producer_id"]: s.value for f in om_parse(body.decode())
+            for s in f.samples if s.name == "kafka_late_transaction_age_seconds"}
+    assert ages == {"8": 500.0}
+
+    scrape(app)  # a format not asked before is rendered by its scrape, as before
+    assert collector.collects == 3

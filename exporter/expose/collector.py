@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -79,6 +79,15 @@ class SnapshotStore:
         self._states: Mapping[str, ClusterState] = MappingProxyType(
             {c.name: ClusterState(name=c.name, labels=dict(c.labels)) for c in clusters}
         )
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` on the writer's thread after every publish or recorded failure."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def states(self) -> Mapping[str, ClusterState]:
         """One consistent view (a single reference read: atomic under the GIL)."""
@@ -121,6 +130,7 @@ class SnapshotStore:
                 request_errors_total=MappingProxyType(errors),
             )
             self._swap(snapshot.cluster, new)
+        self._changed()
 
     def record_failure(self, cluster: str, error: str, duration_seconds: float) -> None:
         """A poll raised: drop the data series (stale data misleads), keep up=0 visible."""
@@ -129,6 +139,7 @@ class SnapshotStore:
             new = replace(_observe(old, duration_seconds), snapshot=None, up=False,
                           last_error=error)
             self._swap(cluster, new)
+        self._changed()
 
     def not_ready(self) -> list[str]:
         """Clusters that have not had one successful poll yet (for /readyz)."""

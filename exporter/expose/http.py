@@ -36,7 +36,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from exporter.config import ConfigError
 from exporter.expose.collector import SnapshotStore
-from exporter.expose.render_cache import make_metrics_app
+from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
 from exporter.settings import WebSettings
@@ -52,7 +52,9 @@ def make_app(
     `/` is the status page (exporter.expose.status); `config_file` goes into its abort
     command lines.
     """
-    metrics_app = SingleFlight(make_metrics_app(registry))
+    render_cache = SnapshotRenderCache()
+    store.on_change(lambda: render_cache.warm(registry))
+    metrics_app = SingleFlight(make_metrics_app(registry, render_cache))
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/") or "/"

@@ -10,6 +10,10 @@ a reference, so an identity check cannot be fooled by a reused id). Every other 
 registration order, so the body is the one `generate_latest` would give; in OpenMetrics each
 part's `# EOF` is dropped and one is appended at the end. gzip is applied to the whole body.
 
+A publish also re-renders, on the poll's thread, the formats scrapers asked for since the
+previous one (`warm`), so the first scrape after a poll finds its bytes ready too; formats
+nobody scrapes cost nothing.
+
 Requests this does not speed up go to prometheus_client's own app unchanged: `name[]`
 filters, methods other than GET, and registries with target_info.
 """
@@ -28,6 +32,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.expose.collector import ClusterState, SnapshotCollector
+from exporter.logs import get_logger
 
 Encoder = Callable[[Collector], bytes]
 StartResponse = Callable[..., Any]
@@ -38,6 +43,7 @@ with a client-chosen version and escaping), so the bound keeps a client that cyc
 versions from holding one multi-MB body per variant."""
 
 _OPENMETRICS_EOF = b"# EOF\n"
+_log = get_logger("exporter.expose.render_cache")
 
 
 def _is_openmetrics(content_type: str) -> bool:
@@ -72,6 +78,7 @@ class SnapshotRenderCache:
         self._entries: dict[
             SnapshotCollector, tuple[Mapping[str, ClusterState], dict[str, bytes]]
         ] = {}
+        self._encoders: dict[str, Encoder] = {}
 
     def render(self, collector: SnapshotCollector, encoder: Encoder, content_type: str) -> bytes:
         """The collector's families in `content_type`, without `# EOF`; rendered on a miss."""
@@ -82,6 +89,7 @@ class SnapshotRenderCache:
                 return entry[1][content_type]
         body = _without_eof(encoder(_Collectors([collector])), _is_openmetrics(content_type))
         with self._lock:
+            self._encoders[content_type] = encoder
             # Keep it only if no publish happened since `states` was read: then the render saw
             # exactly `states` (a publish always makes a new object), never something older.
             if collector.published_states() is states:
@@ -93,6 +101,22 @@ class SnapshotRenderCache:
                     del bodies[next(iter(bodies))]  # the oldest format
                 bodies[content_type] = body
         return body
+
+
+    def warm(self, registry: CollectorRegistry) -> None:
+        """Render the new state of every SnapshotCollector in the formats cached before."""
+        for collector in _registered_collectors(registry):
+            if not isinstance(collector, SnapshotCollector):
+                continue
+            with self._lock:
+                entry = self._entries.get(collector)
+                wanted = [(ct, self._encoders[ct]) for ct in entry[1]] if entry else []
+            for content_type, encoder in wanted:
+                try:
+                    self.render(collector, encoder, content_type)
+                except Exception:  # the scrape renders it itself; never fail the publish
+                    _log.warning("metrics_prerender_failed", content_type=content_type,
+                                 exc_info=True)
 
 
 def _registered_collectors(registry: CollectorRegistry) -> list[Collector]:
