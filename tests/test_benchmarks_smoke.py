@@ -154,8 +154,8 @@ def test_bench_scrape_metrics_tiny_reports_renders_and_baselines() -> None:
     assert r["ratio_late_vs_gauge"] > 0 and r["ratio_late_vs_empty"] > 0
     assert "late/gauge" in stdout
     served = r["served"]
-    assert set(served) == {"uncached", "cached", "after_publish", "cached_gzip",
-                           "full_uncached", "full_cached"}
+    assert set(served) == {"uncached", "cached", "after_publish", "after_publish_prerendered",
+                           "cached_gzip", "full_uncached", "full_cached"}
     # the same registry answers with the same body size, cached or not (+- process metrics)
     assert abs(served["cached"]["bytes"] - served["uncached"]["bytes"]) < 200
     assert served["cached_gzip"]["bytes"] < served["cached"]["bytes"]
