@@ -9,6 +9,7 @@ RESULTS.md can rely on field names.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -16,7 +17,7 @@ import platform
 import random
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,33 @@ def run_child(script: Path, args: Sequence[str], timeout_seconds: float = 600) -
             f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
         )
     return results[0]
+
+
+@contextlib.contextmanager
+def serving_child(script: Path, args: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Run `script args` until the block ends; yield the JSON of its `READY {...}` line.
+
+    The child serves (e.g. a seeded simulator in its own process, so its CPU is not counted)
+    until its stdin closes.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("READY "):
+            raise RuntimeError(f"simulator did not start: {line!r}")
+        yield json.loads(line[len("READY "):])
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def ratio(numerator: float, denominator: float) -> float | None:

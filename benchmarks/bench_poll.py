@@ -32,7 +32,6 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -97,25 +96,10 @@ def _partitions_with_open_txn(state: Any) -> int:
 
 @contextlib.contextmanager
 def sim_server(brokers: int, partitions: int, latency_ms: int) -> Iterator[dict[str, Any]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--serve", "--brokers", str(brokers),
-         "--partitions", str(partitions), "--latency-ms", str(latency_ms)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=common.REPO_ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line.startswith("READY "):
-            raise RuntimeError(f"simulator did not start: {line!r}")
-        yield json.loads(line[len("READY "):])
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with common.serving_child(SCRIPT, ["--serve", "--brokers", str(brokers),
+                                       "--partitions", str(partitions),
+                                       "--latency-ms", str(latency_ms)]) as ready:
+        yield ready
 
 
 def _cpu_seconds_of(pid: int) -> float:

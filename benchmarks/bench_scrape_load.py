@@ -78,23 +78,10 @@ def serve_sim(late: int, young: int) -> int:
 
 @contextmanager
 def sim_process(late: int, young: int) -> Iterator[dict[str, Any]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--serve-sim", "--late", str(late), "--young", str(young)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=common.REPO_ROOT)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line.startswith("READY "):
-            raise RuntimeError(f"simulator did not start: {line!r}")
-        yield json.loads(line[len("READY "):])
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with common.serving_child(
+        SCRIPT, ["--serve-sim", "--late", str(late), "--young", str(young)]
+    ) as ready:
+        yield ready
 
 
 # -- the exporter (its own process) -----------------------------------------------------------
