@@ -101,6 +101,7 @@ class PollScheduler:
         self._log = get_logger("exporter.scheduler")
         self._running_lock = threading.Lock()
         self._running: dict[str, int] = {}
+        self._stopping = False
         self._idle = threading.Condition(self._running_lock)
         self._scheduler = BackgroundScheduler(
             timezone=UTC,
@@ -133,6 +134,8 @@ class PollScheduler:
         """One poll of one cluster; never raises (a crash here would only be logged by APS)."""
         name = job.settings.name
         with self._running_lock:
+            if self._stopping:  # dispatched just before shutdown: its poller may be closed
+                return
             self._running[name] = self._running.get(name, 0) + 1
         started = time.monotonic()
         try:
@@ -185,6 +188,8 @@ class PollScheduler:
         open: closing a kafka-python client under a running request is not safe). The
         caller then exits the process anyway so shutdown stays bounded.
         """
+        with self._running_lock:
+            self._stopping = True
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         deadline = time.monotonic() + timeout_seconds

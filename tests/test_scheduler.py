@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from exporter_factories import broker, observation, snapshot
 
+from exporter.analyze import analyze
 from exporter.cli import build_registry
 from exporter.expose.collector import SnapshotStore
 from exporter.expose.http import MetricsServer
@@ -207,3 +208,25 @@ def test_shutdown_closes_idle_pollers() -> None:
     wait_for(lambda: store.states()["c1"].up)
     assert sched.shutdown(1.0) is True
     assert closed == ["c1"]
+
+
+def test_a_poll_dispatched_after_shutdown_never_touches_the_closed_poller() -> None:
+    """APScheduler may hand a run to its executor as shutdown begins: it must not poll."""
+    polls: list[int] = []
+    closed = threading.Event()
+
+    def poll() -> ClusterObservation:
+        if closed.is_set():
+            raise RuntimeError("poller is closed")
+        polls.append(1)
+        return observation("c1", brokers=[broker(1)])
+
+    settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",))
+    store = SnapshotStore([settings])
+    job = ClusterJob(settings=settings, poll=poll, analyze=lambda o: analyze(o, settings),
+                     close=closed.set)
+    scheduler = PollScheduler([job], store)
+    assert scheduler.shutdown(timeout_seconds=1.0)
+    scheduler.run_once(job)  # the late run
+    assert polls == []
+    assert store.states()["c1"].last_error is None
