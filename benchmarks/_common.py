@@ -223,7 +223,7 @@ def seed_plan(partitions: int) -> SeedPlan:
 
 def seed_topic_idempotent(state: Any, topic: str, count: int, now_ms: int, rng_seed: int) -> int:
     """Idempotent producers on the first `count` partitions of `topic` (runs on the sim loop)."""
-    from exporter.sim.seed import seed_cluster
+    from kafka_sim.seed import seed_cluster
 
     summary = seed_cluster(
         state, now_ms=now_ms, idempotent_partitions={topic: count}, rng_seed=rng_seed
@@ -235,7 +235,7 @@ def seed_transactions(state: Any, plan: SeedPlan, now_ms: int, rng_seed: int = 1
     """Open, long-running and hanging transactions on random partitions (runs on the sim loop).
 
     Returns the number of distinct partitions with an open transaction."""
-    from exporter.sim.seed import seed_hanging_transaction, seed_open_transaction
+    from kafka_sim.seed import seed_hanging_transaction, seed_open_transaction
 
     rng = random.Random(rng_seed)
     names = list(plan.topics)
@@ -286,7 +286,7 @@ def start_seeded_cluster(brokers: int, plan: SeedPlan, producer_state: bool = Tr
 
     Seeding runs on the simulator's loop thread (`SimCluster.call`), one call per topic so no
     single call comes near the facade's control timeout."""
-    from exporter.sim.cluster import SimCluster
+    from kafka_sim.cluster import SimCluster
 
     sim = SimCluster(brokers=brokers, topics=plan.topics).start()
     if producer_state:

@@ -53,8 +53,8 @@ PARTITIONS = 2000
 
 
 def serve_sim(late: int, young: int) -> int:
-    from exporter.sim.cluster import SimCluster
-    from exporter.sim.seed import seed_hanging_transaction, seed_open_transaction
+    from kafka_sim.cluster import SimCluster
+    from kafka_sim.seed import seed_hanging_transaction, seed_open_transaction
 
     sim = SimCluster(brokers=3, topics={TOPIC: PARTITIONS},
                      broker_config={"transaction.max.timeout.ms": "60000"}).start()

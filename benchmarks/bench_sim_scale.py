@@ -72,8 +72,8 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 def child(variant: str, brokers: int, partitions: int) -> dict[str, Any]:
     rss_start = common.rss_mib()
     t0 = time.perf_counter()
-    from exporter.sim.cluster import SimCluster  # noqa: F401  (the import is measured)
-    from exporter.sim.seed import seed_cluster  # noqa: F401
+    from kafka_sim.cluster import SimCluster  # noqa: F401  (the import is measured)
+    from kafka_sim.seed import seed_cluster  # noqa: F401
 
     import_seconds = time.perf_counter() - t0
     record: dict[str, Any] = {

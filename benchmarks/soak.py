@@ -2,7 +2,7 @@
 
 Why: a daemon that leaks a socket per poll, a task per failed request or a cache entry per
 finished transaction looks fine in a 5 s test and dies after a week. This runs `serve` (as a
-subprocess, polling every second) for `--minutes` while `exporter.sim.workload.Workload` commits,
+subprocess, polling every second) for `--minutes` while `kafka_sim.workload.Workload` commits,
 aborts and keeps long-running transactions open, plus one hanging transaction so a late series
 exists. /metrics is scraped every 2 s. The serve process's RSS (VmRSS) and open file descriptors
 (/proc/<pid>/fd) are sampled at start (after a warm-up) and every `--sample-seconds`; the
@@ -30,9 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO_ROOT, emit, machine_info
-
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import Workload, hanging_transaction
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import Workload, hanging_transaction
 
 TOPIC = "soak"
 HANG_TOPIC = "soak-hang"

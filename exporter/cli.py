@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import signal
 import sys
@@ -281,11 +282,24 @@ def _config_error(exc: ConfigError) -> int:
     return EXIT_CONFIG_ERROR
 
 
+def _simulator_installed() -> bool:
+    """`demo` and `sim` run on the simulator, a distribution of its own: say how to get it."""
+    if importlib.util.find_spec("kafka_sim") is not None:
+        return True
+    sys.stderr.write(
+        f"{PROG}: the Kafka simulator (package kafka-txn-sim) is not installed; from a clone of "
+        "the repository: pip install ./simulator (scripts/demo does this for you)\n"
+    )
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command, rest = (args_list[0], args_list[1:]) if args_list else ("", [])
     if command == "sim":
-        from exporter.sim.main import run_sim
+        if not _simulator_installed():
+            return EXIT_CONFIG_ERROR
+        from kafka_sim.main import run_sim
 
         return run_sim(rest)
     if command == "abort":
@@ -306,6 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG_ERROR
 
     if args.command == "demo":
+        if not _simulator_installed():
+            return EXIT_CONFIG_ERROR
         from exporter.demo import run_demo
 
         try:

@@ -74,9 +74,10 @@ def run_demo(
     on_started: Callable[[MetricsServer], None] | None = None,
 ) -> int:
     """Start the simulator, the workload and the exporter; clean everything up on exit."""
+    from kafka_sim.cluster import SimCluster
+    from kafka_sim.workload import Workload, hanging_transaction
+
     from exporter.cli import serve
-    from exporter.sim.cluster import SimCluster
-    from exporter.sim.workload import Workload, hanging_transaction
 
     web_port = parse_port(port, "--web.port")
     if log_level not in ("debug", "info", "warning", "error", "critical"):

@@ -1,4 +1,4 @@
-"""What the tests that run the simulated cluster (exporter/sim) over TCP share: the capture's
+"""What the tests that run the simulated cluster (simulator/kafka_sim) over TCP share: the capture's
 broker settings, an environment around a SimCluster, pollers, and small raw requests."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka_sim.cluster import SimCluster
 
 from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller
 from exporter.model import ClusterObservation, ClusterSnapshot
 from exporter.settings import ClusterSettings
-from exporter.sim.cluster import SimCluster
 
 CAPTURE_BROKER_CONFIG = {
     "transaction.max.timeout.ms": "60000",

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import hanging_transaction, open_transaction
 from simhelpers import CAPTURE_BROKER_CONFIG, MINUTE_MS, SimEnv, cluster_settings, poll_once
 
 from exporter.abort import (
@@ -35,8 +37,6 @@ from exporter.collect.connection import BrokerConnection, ConnectionOptions
 from exporter.config import ConfigError
 from exporter.model import Classification, TopicPartition
 from exporter.settings import ClusterSettings
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import hanging_transaction, open_transaction
 
 WRITE_TXN_MARKERS = 27
 CLUSTER_AUTHORIZATION_FAILED = 31

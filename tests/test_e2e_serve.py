@@ -22,11 +22,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import committed_transaction, hanging_transaction, open_transaction
 from prometheus_client.parser import text_string_to_metric_families
 from simhelpers import CAPTURE_BROKER_CONFIG
-
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import committed_transaction, hanging_transaction, open_transaction
 
 pytestmark = pytest.mark.slow
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from exporter_factories import NOW_MS, broker, late, open_txn, snapshot
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import hanging_transaction
 
 from exporter.abort import EXIT_ABORTED, run_abort
 from exporter.analyze import analyze
@@ -31,8 +33,6 @@ from exporter.expose.status import (
 )
 from exporter.model import Classification, RequestError, TopicPartition
 from exporter.settings import ClusterSettings
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import hanging_transaction
 
 XSS_ID = "<script>alert(1)</script>"
 CONFIG_FILE = "/etc/kte/config with space.yaml"

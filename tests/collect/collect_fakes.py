@@ -22,10 +22,9 @@ from kafka.protocol.admin.transactions import (
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
-
-from exporter.sim.api import RequestContext
-from exporter.sim.versions import PROFILES
-from exporter.sim.workload import build_record_batch
+from kafka_sim.api import RequestContext
+from kafka_sim.versions import PROFILES
+from kafka_sim.workload import build_record_batch
 
 Key = tuple[str, int]
 

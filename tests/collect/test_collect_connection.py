@@ -22,6 +22,9 @@ from cryptography.x509.oid import NameOID
 from kafka.protocol.admin.transactions import DescribeProducersRequest, ListTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka_sim.api import RequestContext
+from kafka_sim.cluster import SimCluster, SimTls
+from kafka_sim.versions import PROFILES
 
 from exporter.collect.client import build_metadata_request
 from exporter.collect.connection import (
@@ -38,9 +41,6 @@ from exporter.collect.connection import (
     parse_bootstrap,
 )
 from exporter.settings import SaslSettings, TlsSettings
-from exporter.sim.api import RequestContext
-from exporter.sim.cluster import SimCluster, SimTls
-from exporter.sim.versions import PROFILES
 
 T = TypeVar("T")
 

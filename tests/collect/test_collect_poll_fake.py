@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 from collect_fakes import FakeCluster, Producer, Txn
+from kafka_sim.cluster import SimCluster
 
 from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller
@@ -23,7 +24,6 @@ from exporter.model import (
     TopicPartition,
 )
 from exporter.settings import ClusterSettings
-from exporter.sim.cluster import SimCluster
 
 MINUTE_MS = 60_000
 FETCH, LIST_OFFSETS, DESCRIBE_CONFIGS, DESCRIBE_PRODUCERS = 1, 2, 32, 61

@@ -1,5 +1,5 @@
-"""ClusterPoller against the simulated cluster (exporter/sim) over TCP, with transactions made
-through the wire protocol by exporter/sim/workload.py.
+"""ClusterPoller against the simulated cluster (kafka_sim) over TCP, with transactions made
+through the wire protocol by simulator/kafka_sim/workload.py.
 
 Semantics: /work/shared/reference/kafka-transactions.md. The simulator's brokers run with
 transaction.max.timeout.ms=60000 and partition verification off (like the real-broker capture),
@@ -13,6 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import (
+    committed_transaction,
+    hanging_transaction,
+    open_transaction,
+)
 from simhelpers import (
     CAPTURE_BROKER_CONFIG,
     MINUTE_MS,
@@ -28,12 +34,6 @@ from exporter.model import (
     TopicPartition,
 )
 from exporter.settings import SaslSettings
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import (
-    committed_transaction,
-    hanging_transaction,
-    open_transaction,
-)
 
 DESCRIBE_PRODUCERS = 61
 NOT_LEADER_OR_FOLLOWER = 6

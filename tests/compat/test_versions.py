@@ -1,12 +1,12 @@
 """The exporter against every Kafka release it claims (docs/compatibility.md), over TCP.
 
 Each simulated broker advertises and honours only its release's API versions
-(exporter/sim/versions.py): DescribeProducers from 2.8, ListTransactions/DescribeTransactions
+(simulator/kafka_sim/versions.py): DescribeProducers from 2.8, ListTransactions/DescribeTransactions
 from 3.0, ListTransactions v1 from 3.8 and v2 from 4.1 (reference: kafka-transactions.md,
 "Wire APIs"). The exporter negotiates per broker (ApiVersions) and must never turn a missing
 API into "no late transactions".
 
-Transactions are made with exporter/sim/workload.py, which negotiates with ApiVersions on every
+Transactions are made with kafka_sim/workload.py, which negotiates with ApiVersions on every
 connection like a real client: a broker older than its preferred versions (Metadata v12,
 hanging Produce v11) gets its own highest, never a version it would close the connection on
 (capture 40).
@@ -26,6 +26,15 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.versions import PROFILES
+from kafka_sim.workload import (
+    ConnectionClosedError,
+    KafkaProtocolError,
+    RawKafkaClient,
+    hanging_transaction,
+    open_transaction,
+)
 from simhelpers import (
     CAPTURE_BROKER_CONFIG,
     MINUTE_MS,
@@ -39,15 +48,6 @@ from exporter.model import (
     Classification,
     StartTimeSource,
     UnobservedReason,
-)
-from exporter.sim.cluster import SimCluster
-from exporter.sim.versions import PROFILES
-from exporter.sim.workload import (
-    ConnectionClosedError,
-    KafkaProtocolError,
-    RawKafkaClient,
-    hanging_transaction,
-    open_transaction,
 )
 
 RELEASES = ["2.8", "3.0", "3.8", "4.0", "4.1"]

@@ -14,9 +14,8 @@ from kafka.protocol.admin.transactions import (
 )
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
+from kafka_sim.workload import RawKafkaClient
 from simhelpers import latest_offsets_request
-
-from exporter.sim.workload import RawKafkaClient
 
 from .harness import decode_record_batches
 

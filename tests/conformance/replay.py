@@ -22,9 +22,7 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
-from simhelpers import CAPTURE_BROKER_CONFIG
-
-from exporter.sim.workload import (
+from kafka_sim.workload import (
     ConnectionClosedError,
     OpenTransaction,
     RawKafkaClient,
@@ -35,6 +33,7 @@ from exporter.sim.workload import (
     open_transaction,
     response_class,
 )
+from simhelpers import CAPTURE_BROKER_CONFIG
 
 from .harness import Capture, load_captures
 from .probes import control_batch_timestamp, fetch_from_start_request

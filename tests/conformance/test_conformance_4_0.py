@@ -13,8 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from kafka.protocol.consumer.fetch import FetchRequest
-
-from exporter.sim.workload import response_class
+from kafka_sim.workload import response_class
 
 from .harness import (
     Capture,
@@ -33,7 +32,7 @@ EXCHANGES = exchange_files()
 
 @pytest.fixture(scope="module")
 def replay() -> Iterator[Replay]:
-    from exporter.sim.cluster import SimCluster
+    from kafka_sim.cluster import SimCluster
 
     with SimCluster(
         brokers=1, node_ids=[NODE_ID], topics=TOPICS, broker_config=BROKER_CONFIG

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from exporter.sim.workload import (
+from kafka_sim.workload import (
     committed_transaction,
     hanging_transaction,
     open_transaction,
@@ -33,7 +32,7 @@ TOPIC = "t"
 
 @pytest.fixture
 def cluster() -> Iterator[Any]:
-    from exporter.sim.cluster import SimCluster
+    from kafka_sim.cluster import SimCluster
 
     with SimCluster(brokers=1, node_ids=[1], topics={TOPIC: 3}, broker_config=BROKER_CONFIG) as sim:
         yield sim

@@ -127,6 +127,21 @@ class Prometheus:
             workdir / "prometheus.log",
         )
         self.url = f"http://127.0.0.1:{self._process.port}"
+        self._wait_ready()
+
+    def _wait_ready(self, timeout_seconds: float = 60.0) -> None:
+        """Prometheus binds its port before its TSDB is open and answers 503 until then."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Prometheus not ready:\n{self.log_text()[-2000:]}")
+            time.sleep(0.1)
 
     def log_text(self) -> str:
         return self._process.log_text()

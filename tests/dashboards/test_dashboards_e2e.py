@@ -38,13 +38,13 @@ import pytest
 from kafka.protocol.admin.transactions import DescribeProducersRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import RawKafkaClient, hanging_transaction, parse_bootstrap
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
 
 from exporter.cli import serve
 from exporter.expose.http import MetricsServer
 from exporter.settings import ClusterSettings, ExporterSettings, WebSettings
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import RawKafkaClient, hanging_transaction, parse_bootstrap
 
 pytestmark = pytest.mark.slow
 

@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from kafka_sim.cluster import SimCluster
 from test_e2e_serve import http_get, samples
 
 from exporter.cli import serve
 from exporter.expose.http import MetricsServer
 from exporter.scheduler import ClusterJob, make_cluster_job
 from exporter.settings import ClusterSettings, ExporterSettings, WebSettings
-from exporter.sim.cluster import SimCluster
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import hanging_transaction
 
 from exporter.scheduler import ClusterJob, make_cluster_job
 from exporter.settings import ClusterSettings
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import hanging_transaction
 from resilience.harness import Scraper, cluster_settings, in_process_exporter
 
 BROKER_CONFIG = {

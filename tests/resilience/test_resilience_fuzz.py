@@ -27,6 +27,8 @@ import pytest
 from collect.collect_fakes import FakeCluster, Producer, Txn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka_sim.api import RequestContext
+from kafka_sim.cluster import SimCluster
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -34,8 +36,6 @@ from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller
 from exporter.expose.collector import SnapshotCollector, SnapshotStore
 from exporter.settings import ClusterSettings
-from exporter.sim.api import RequestContext
-from exporter.sim.cluster import SimCluster
 
 METADATA, DESCRIBE_PRODUCERS, LIST_TRANSACTIONS = 3, 61, 66
 API_NAMES = {METADATA: "Metadata", DESCRIBE_PRODUCERS: "DescribeProducers",

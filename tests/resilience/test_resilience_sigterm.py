@@ -9,8 +9,8 @@ import urllib.request
 from collections.abc import Callable
 
 import pytest
+from kafka_sim.cluster import SimCluster
 
-from exporter.sim.cluster import SimCluster
 from resilience.harness import ServeProcess, clean_env
 
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka_sim.cluster import SimCluster, SimTls
+from kafka_sim.seed import seed_hanging_transaction
 from test_e2e_serve import http_get, read_listen_url, samples, wait_until
 
 from exporter.collect.poll import ClusterPoller
 from exporter.model import ClusterObservation
 from exporter.settings import ClusterSettings, SaslSettings, TlsSettings
-from exporter.sim.cluster import SimCluster, SimTls
-from exporter.sim.seed import seed_hanging_transaction
 from security.pki import Pki, make_pki
 
 BROKER_CONFIG = {

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka_sim.cluster import SimCluster
+from kafka_sim.seed import seed_hanging_transaction
 from resilience.harness import ServeProcess, clean_env
-
-from exporter.sim.cluster import SimCluster
-from exporter.sim.seed import seed_hanging_transaction
 
 RIGHT = "Zq7-right-Pw-4b9e1c"
 WRONG = "Xk2-wrong-Pw-77aa0d"

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka_sim.workload import RawKafkaClient
 from simhelpers import CAPTURE_BROKER_CONFIG, latest_offsets_request
-
-from exporter.sim.workload import RawKafkaClient
 
 TOPIC = "clients"
 CLIENT_TIMEOUTS: dict[str, Any] = {"request_timeout_ms": 5000}
@@ -18,7 +17,7 @@ CLIENT_TIMEOUTS: dict[str, Any] = {"request_timeout_ms": 5000}
 
 @pytest.fixture
 def cluster() -> Iterator[Any]:
-    from exporter.sim.cluster import SimCluster
+    from kafka_sim.cluster import SimCluster
 
     with SimCluster(
         brokers=1, node_ids=[1], topics={TOPIC: 2}, broker_config=CAPTURE_BROKER_CONFIG

@@ -27,10 +27,9 @@ from kafka import errors as kafka_errors
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, MetadataResponse
 from kafka.protocol.parser import KafkaProtocol
-
-from exporter.sim.api import RequestContext
-from exporter.sim.cluster import SimCluster, SimTls
-from exporter.sim.versions import KAFKA_4_0
+from kafka_sim.api import RequestContext
+from kafka_sim.cluster import SimCluster, SimTls
+from kafka_sim.versions import KAFKA_4_0
 
 METADATA = 3
 

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-
-from exporter.sim.main import run_sim
+from kafka_sim.main import run_sim
 
 
 def _api_versions_ok(host: str, port: int) -> bool:
@@ -28,7 +27,7 @@ def _api_versions_ok(host: str, port: int) -> bool:
 def test_sim_command_serves_until_signalled(sig: signal.Signals) -> None:
     env = dict(os.environ, SIM_ALICE_PASSWORD="alice-secret")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.sim.main", "--brokers", "2",
+        [sys.executable, "-m", "kafka_sim.main", "--brokers", "2",
          "--topics", "orders:6,payments:3", "--port-base", "0",
          "--sasl-user", "alice:SIM_ALICE_PASSWORD"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

@@ -20,11 +20,10 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+from kafka_sim.api import RequestContext
+from kafka_sim.cluster import SimCluster
+from kafka_sim.versions import KAFKA_4_0
 from simhelpers import capture
-
-from exporter.sim.api import RequestContext
-from exporter.sim.cluster import SimCluster
-from exporter.sim.versions import KAFKA_4_0
 
 
 class RecordingDispatcher:

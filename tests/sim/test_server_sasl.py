@@ -20,11 +20,10 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-
-from exporter.sim import sasl as sim_sasl
-from exporter.sim.api import RequestContext
-from exporter.sim.cluster import SimCluster
-from exporter.sim.versions import KAFKA_4_0
+from kafka_sim import sasl as sim_sasl
+from kafka_sim.api import RequestContext
+from kafka_sim.cluster import SimCluster
+from kafka_sim.versions import KAFKA_4_0
 
 USERS = {"alice": "alice-secret", "bob": "b,o=b"}
 

@@ -32,11 +32,10 @@ from kafka.protocol.producer.transaction import (
     InitProducerIdRequest,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
-
-from exporter.sim.api import RequestContext
-from exporter.sim.clock import ManualClock
-from exporter.sim.log import split_batches
-from exporter.sim.state import ClusterState
+from kafka_sim.api import RequestContext
+from kafka_sim.clock import ManualClock
+from kafka_sim.log import split_batches
+from kafka_sim.state import ClusterState
 
 CAPTURES = Path("/work/shared/reference/real-kafka-4.0")
 if not CAPTURES.is_dir():  # a copy kept with the repository's tests

@@ -25,18 +25,17 @@ from kafka.protocol.producer.transaction import (
     WriteTxnMarkersRequest,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
-
-from exporter.sim.api import RequestContext
-from exporter.sim.clock import Clock, ManualClock
-from exporter.sim.coordinator import partition_for
-from exporter.sim.seed import (
+from kafka_sim.api import RequestContext
+from kafka_sim.clock import Clock, ManualClock
+from kafka_sim.coordinator import partition_for
+from kafka_sim.seed import (
     seed_cluster,
     seed_hanging_transaction,
     seed_idempotent_producer,
     seed_open_transaction,
 )
-from exporter.sim.state import ClusterState
-from exporter.sim.versions import PROFILES
+from kafka_sim.state import ClusterState
+from kafka_sim.versions import PROFILES
 
 CAPTURES = Path("/work/shared/reference/real-kafka-4.0")
 if not CAPTURES.is_dir():

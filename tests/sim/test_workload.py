@@ -1,4 +1,4 @@
-"""exporter.sim.workload: the churn the demo runs, and the raw client's framing."""
+"""kafka_sim.workload: the churn the demo runs, and the raw client's framing."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
-from simhelpers import CAPTURE_BROKER_CONFIG
-
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import (
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import (
     HANGING_PRODUCE_VERSIONS,
     PRODUCE_VERSIONS,
     KafkaProtocolError,
@@ -21,6 +19,7 @@ from exporter.sim.workload import (
     Workload,
     parse_bootstrap,
 )
+from simhelpers import CAPTURE_BROKER_CONFIG
 
 PRODUCE, ADD_PARTITIONS_TO_TXN, API_VERSIONS = 0, 24, 18
 UNSUPPORTED_VERSION = 35

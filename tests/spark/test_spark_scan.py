@@ -22,12 +22,12 @@ import histgen
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka_sim.cluster import SimCluster
+from kafka_sim.workload import hanging_transaction
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
 from exporter.analyze import analyze
-from exporter.sim.cluster import SimCluster
-from exporter.sim.workload import hanging_transaction
 from exporter.spark.cli import run_spark
 from exporter.spark.scan_job import analyze_on_spark
 

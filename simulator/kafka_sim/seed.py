@@ -20,12 +20,12 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.sim.coordinator import (
+from kafka_sim.coordinator import (
     TRANSACTION_STATE_TOPIC,
     TransactionMetadata,
     TxnState,
 )
-from exporter.sim.state import ClusterState, Partition
+from kafka_sim.state import ClusterState, Partition
 
 
 @dataclass(frozen=True, slots=True)

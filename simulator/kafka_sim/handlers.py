@@ -29,21 +29,21 @@ from kafka.protocol.producer.transaction import (
     WriteTxnMarkersResponse,
 )
 
-from exporter.sim.api import RequestContext
-from exporter.sim.coordinator import (
+from kafka_sim.api import RequestContext
+from kafka_sim.coordinator import (
     CONSUMER_OFFSETS_TOPIC,
     TRANSACTION_STATE_TOPIC,
     partition_for,
 )
-from exporter.sim.jvm_order import (
+from kafka_sim.jvm_order import (
     java_fields_hash,
     java_list_hash,
     java_string_hash,
     scala_immutable_set_order,
     scala_mutable_hash_order,
 )
-from exporter.sim.log import crc_ok, split_batches
-from exporter.sim.state import ClusterState, Partition, Topic
+from kafka_sim.log import crc_ok, split_batches
+from kafka_sim.state import ClusterState, Partition, Topic
 
 # Errors (org.apache.kafka.common.protocol.Errors)
 NONE = 0

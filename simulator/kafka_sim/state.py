@@ -1,6 +1,6 @@
 """The simulated cluster's brains: topics, partitions, leadership, configs, logs, coordinators.
 
-`ClusterState` implements `exporter.sim.api.Dispatcher`. It holds every broker's view at once
+`ClusterState` implements `kafka_sim.api.Dispatcher`. It holds every broker's view at once
 (the simulator keeps replicas identical) and answers each request as the broker it reached.
 All state is confined to the simulator's event-loop thread: no locking.
 """
@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.sim.api import RequestContext
-from exporter.sim.broker_configs_4_0 import CAPTURED_BROKER_CONFIGS
-from exporter.sim.clock import Clock
-from exporter.sim.coordinator import (
+from kafka_sim.api import RequestContext
+from kafka_sim.broker_configs_4_0 import CAPTURED_BROKER_CONFIGS
+from kafka_sim.clock import Clock
+from kafka_sim.coordinator import (
     CONSUMER_OFFSETS_TOPIC,
     TRANSACTION_STATE_TOPIC,
     TransactionCoordinator,
 )
-from exporter.sim.log import PartitionLog
-from exporter.sim.versions import PROFILES, VersionProfile
+from kafka_sim.log import PartitionLog
+from kafka_sim.versions import PROFILES, VersionProfile
 
 # ConfigSource (DescribeConfigsResponse)
 SOURCE_STATIC_BROKER_CONFIG = 4
@@ -160,7 +160,7 @@ class ClusterState:
         return self.broker_profiles.get(broker_id, self.profile)
 
     def handle(self, ctx: RequestContext, request: Any) -> Any | None:
-        from exporter.sim.handlers import HANDLERS
+        from kafka_sim.handlers import HANDLERS
 
         handler = HANDLERS.get(ctx.api_key)
         if handler is None:
@@ -385,7 +385,7 @@ class ClusterState:
         return p.leader_id, p.leader_epoch
 
     def group_coordinator(self, group_id: str) -> tuple[int, int] | None:
-        from exporter.sim.coordinator import partition_for
+        from kafka_sim.coordinator import partition_for
 
         topic = self.topics.get(CONSUMER_OFFSETS_TOPIC)
         if topic is None:

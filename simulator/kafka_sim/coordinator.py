@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from exporter.sim.jvm_order import (
+from kafka_sim.jvm_order import (
     java_hash_map_order,
     java_string_hash,
     scala_mutable_hash_order,

@@ -15,9 +15,9 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from exporter.sim.cluster import SimCluster, SimTls
-from exporter.sim.sasl import SUPPORTED_MECHANISMS
-from exporter.sim.versions import PROFILES
+from kafka_sim.cluster import SimCluster, SimTls
+from kafka_sim.sasl import SUPPORTED_MECHANISMS
+from kafka_sim.versions import PROFILES
 
 
 def _topics(value: str) -> dict[str, int]:
@@ -155,5 +155,10 @@ def run_sim(argv: Sequence[str]) -> int:
     return 0
 
 
+def main() -> int:
+    """Entry point of the `kafka-txn-sim` console script."""
+    return run_sim(sys.argv[1:])
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_sim(sys.argv[1:]))
+    raise SystemExit(main())

@@ -42,10 +42,10 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from exporter.sim.api import Dispatcher, RequestContext
-from exporter.sim.faults import NetworkFaults
-from exporter.sim.sasl import SaslAuthenticationFailed, SaslServer, SaslUsers
-from exporter.sim.versions import VersionProfile
+from kafka_sim.api import Dispatcher, RequestContext
+from kafka_sim.faults import NetworkFaults
+from kafka_sim.sasl import SaslAuthenticationFailed, SaslServer, SaslUsers
+from kafka_sim.versions import VersionProfile
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from exporter.sim.api import Dispatcher
-from exporter.sim.faults import FaultKind, NetworkFaults
-from exporter.sim.sasl import SUPPORTED_MECHANISMS, SaslUsers
-from exporter.sim.server import BrokerListener, ClientAuth, ListenerSecurity, server_ssl_context
-from exporter.sim.state import ClusterState
-from exporter.sim.versions import PROFILES, VersionProfile
+from kafka_sim.api import Dispatcher
+from kafka_sim.faults import FaultKind, NetworkFaults
+from kafka_sim.sasl import SUPPORTED_MECHANISMS, SaslUsers
+from kafka_sim.server import BrokerListener, ClientAuth, ListenerSecurity, server_ssl_context
+from kafka_sim.state import ClusterState
+from kafka_sim.versions import PROFILES, VersionProfile
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from kafka.protocol.producer.transaction import (
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from exporter import __version__
+from kafka_sim import __version__
 
 # Imported for their side effect: every response class registers itself by API key.
 _REGISTERED = (
@@ -273,7 +273,7 @@ class RawKafkaClient:
         version = int(_ApiVersionsRequest.max_version)
         while True:
             req = _ApiVersionsRequest[version](
-                client_software_name="kafka-txn-exporter", client_software_version=__version__
+                client_software_name="kafka-txn-sim", client_software_version=__version__
             )
             payload = self.encode_request(req)
             raw = self.exchange_raw(payload)

@@ -22,7 +22,7 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
-from exporter.sim.jvm_order import java_hash_map_order
+from kafka_sim.jvm_order import java_hash_map_order
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
