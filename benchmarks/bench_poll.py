@@ -130,8 +130,8 @@ def poll_ours(bootstrap: str, polls: int, profile_path: str | None) -> dict[str,
 
     from exporter.analyze import analyze
     from exporter.collect import ClusterPoller
-    from exporter.expose.collector import SnapshotStore
     from exporter.settings import ClusterSettings
+    from exporter.snapshots import SnapshotStore
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
     settings = ClusterSettings(

@@ -102,8 +102,9 @@ def _snapshot(late_count: int, full: bool) -> Any:
 def _registry_ours(late_count: int, full: bool) -> Any:
     from prometheus_client.registry import CollectorRegistry
 
-    from exporter.expose.collector import SnapshotCollector, SnapshotStore
+    from exporter.expose.collector import SnapshotCollector
     from exporter.settings import ClusterSettings
+    from exporter.snapshots import SnapshotStore
 
     store = SnapshotStore([ClusterSettings(name="bench", bootstrap_servers=("localhost:9092",))])
     store.publish(_snapshot(late_count, full))
@@ -157,9 +158,9 @@ def _served(late_count: int, repeat: int) -> dict[str, dict[str, Any]]:
     from prometheus_client import make_wsgi_app
 
     from exporter.cli import build_registry
-    from exporter.expose.collector import SnapshotStore
     from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
     from exporter.settings import ClusterSettings
+    from exporter.snapshots import SnapshotStore
 
     def scrape(app: Any, **headers: str) -> Any:
         environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "",

@@ -23,11 +23,12 @@ from prometheus_client.registry import CollectorRegistry
 
 from exporter import __version__
 from exporter.config import ConfigError, Overrides, env_help, load_settings
-from exporter.expose.collector import SnapshotCollector, SnapshotStore
+from exporter.expose.collector import SnapshotCollector
 from exporter.expose.http import MetricsServer
 from exporter.logs import configure_logging, get_logger
 from exporter.scheduler import ClusterJob, PollScheduler, make_cluster_job
 from exporter.settings import ClusterSettings, ExporterSettings
+from exporter.snapshots import SnapshotStore
 
 if TYPE_CHECKING:
     from exporter.history import HistoryWriter

@@ -17,10 +17,10 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from exporter.expose.collector import SnapshotStore
 from exporter.logs import get_logger
 from exporter.model import Classification, ClusterObservation, ClusterSnapshot
 from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
 
 
 def _noop() -> None:

@@ -10,9 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from exporter import __version__
-from exporter.expose.collector import SnapshotCollector, SnapshotStore
+from exporter.expose.collector import SnapshotCollector
 from exporter.model import Classification, RequestError, TopicPartition
 from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -11,9 +11,9 @@ import pytest
 from exporter_factories import broker, snapshot
 
 from exporter.cli import build_registry
-from exporter.expose.collector import SnapshotStore
 from exporter.expose.http import MetricsServer
 from exporter.settings import ClusterSettings, WebSettings
+from exporter.snapshots import SnapshotStore
 
 
 @pytest.fixture

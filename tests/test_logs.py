@@ -13,10 +13,10 @@ import pytest
 import structlog
 from exporter_factories import broker, observation, snapshot
 
-from exporter.expose.collector import SnapshotStore
 from exporter.logs import REDACTED, configure_logging, get_logger, resolve_format
 from exporter.scheduler import ClusterJob, PollScheduler
 from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
 
 
 @pytest.fixture(autouse=True)

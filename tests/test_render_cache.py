@@ -17,9 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families as text_pars
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.cli import build_registry
-from exporter.expose.collector import SnapshotCollector, SnapshotStore
+from exporter.expose.collector import SnapshotCollector
 from exporter.expose.render_cache import MAX_CACHED_FORMATS, make_metrics_app
 from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 WsgiApp = Any

@@ -11,11 +11,11 @@ from exporter_factories import broker, observation, snapshot
 
 from exporter.analyze import analyze
 from exporter.cli import build_registry
-from exporter.expose.collector import SnapshotStore
 from exporter.expose.http import MetricsServer
 from exporter.model import ClusterObservation, ClusterSnapshot, TopicPartition
 from exporter.scheduler import ClusterJob, PollScheduler
 from exporter.settings import ClusterSettings, WebSettings
+from exporter.snapshots import SnapshotStore
 
 
 def settings(name: str = "c1", interval: float = 0.05) -> ClusterSettings:

@@ -1,11 +1,10 @@
 """Prometheus custom collector over the latest analyzed snapshot of each cluster.
 
-Polls publish into a `SnapshotStore`; every publish builds a new immutable `ExporterState` and
-swaps one reference, so a scrape reads one consistent state without taking a lock, never waits
-for a poll and never sees half of one. Metric families are built fresh on every scrape (the
-prometheus_client custom-collector model), so a series vanishes as soon as the snapshot that
-produced it is replaced: a finished transaction's series disappears on the next poll. /metrics
-formats them once per published state (exporter.expose.render_cache).
+Polls publish into a `SnapshotStore` (exporter.snapshots); a scrape reads one consistent state
+from it without taking a lock and never waits for a poll. Metric families are built fresh on
+every scrape (the prometheus_client custom-collector model), so a series vanishes as soon as
+the snapshot that produced it is replaced: a finished transaction's series disappears on the
+next poll. /metrics formats them once per published state (exporter.expose.render_cache).
 
 Data series come only from a snapshot whose `up` is true; a broker with `up=False` has its
 per-broker data series left out (missing data is never reported as zero).
@@ -13,12 +12,7 @@ per-broker data series left out (missing data is never reported as zero).
 
 from __future__ import annotations
 
-import bisect
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -30,121 +24,7 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.model import ClusterSnapshot
-from exporter.settings import ClusterSettings
-
-POLL_DURATION_BUCKETS_SECONDS: tuple[float, ...] = (
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-)  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterState:
-    """Everything exposed for one cluster; replaced as a whole on every poll."""
-
-    name: str
-    labels: Mapping[str, str]
-    snapshot: ClusterSnapshot | None = None
-    """Latest analyzed snapshot; None before the first poll and after a failed poll."""
-    up: bool = False
-    last_successful_poll_timestamp_seconds: float | None = None
-    last_error: str | None = None
-    poll_bucket_counts: tuple[int, ...] = (0,) * (len(POLL_DURATION_BUCKETS_SECONDS) + 1)
-    """Non-cumulative counts per bucket; the last one is +Inf."""
-    poll_duration_sum_seconds: float = 0.0
-    poll_count: int = 0
-    request_errors_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
-    """(broker, api, error) -> count, accumulated over polls."""
-
-    @property
-    def ever_succeeded(self) -> bool:
-        return self.last_successful_poll_timestamp_seconds is not None
-
-
-def _observe(state: ClusterState, duration_seconds: float) -> ClusterState:
-    counts = list(state.poll_bucket_counts)
-    counts[bisect.bisect_left(POLL_DURATION_BUCKETS_SECONDS, duration_seconds)] += 1
-    return replace(
-        state,
-        poll_bucket_counts=tuple(counts),
-        poll_duration_sum_seconds=state.poll_duration_sum_seconds + duration_seconds,
-        poll_count=state.poll_count + 1,
-    )
-
-
-class SnapshotStore:
-    """Latest state per cluster. Writers serialise on a lock; readers just read `states()`."""
-
-    def __init__(self, clusters: Sequence[ClusterSettings]) -> None:
-        self._write_lock = threading.Lock()
-        self._states: Mapping[str, ClusterState] = MappingProxyType(
-            {c.name: ClusterState(name=c.name, labels=dict(c.labels)) for c in clusters}
-        )
-        self._listeners: list[Callable[[], None]] = []
-
-    def on_change(self, listener: Callable[[], None]) -> None:
-        """Call `listener` on the writer's thread after every publish or recorded failure."""
-        self._listeners.append(listener)
-
-    def _changed(self) -> None:
-        for listener in self._listeners:
-            listener()
-
-    def states(self) -> Mapping[str, ClusterState]:
-        """One consistent view (a single reference read: atomic under the GIL)."""
-        return self._states
-
-    def _swap(self, name: str, new: ClusterState) -> None:
-        states = dict(self._states)
-        states[name] = new
-        self._states = MappingProxyType(states)
-
-    def _get(self, name: str) -> ClusterState:
-        try:
-            return self._states[name]
-        except KeyError:
-            raise KeyError(f"unknown cluster {name!r}") from None
-
-    def publish(
-        self,
-        snapshot: ClusterSnapshot,
-        duration_seconds: float | None = None,
-        now_seconds: float | None = None,
-    ) -> None:
-        """Make `snapshot` the cluster's current one (and count its poll and errors)."""
-        duration = snapshot.poll_duration_seconds if duration_seconds is None else duration_seconds
-        with self._write_lock:
-            old = self._get(snapshot.cluster)
-            errors = dict(old.request_errors_total)
-            for err in snapshot.request_errors:
-                key = (str(err.broker_id), err.api, err.error)
-                errors[key] = errors.get(key, 0) + 1
-            last_ok = old.last_successful_poll_timestamp_seconds
-            if snapshot.up:
-                last_ok = time.time() if now_seconds is None else now_seconds
-            new = replace(
-                _observe(old, duration),
-                snapshot=snapshot,
-                up=snapshot.up,
-                last_successful_poll_timestamp_seconds=last_ok,
-                last_error=None if snapshot.up else "cluster not reachable",
-                request_errors_total=MappingProxyType(errors),
-            )
-            self._swap(snapshot.cluster, new)
-        self._changed()
-
-    def record_failure(self, cluster: str, error: str, duration_seconds: float) -> None:
-        """A poll raised: drop the data series (stale data misleads), keep up=0 visible."""
-        with self._write_lock:
-            old = self._get(cluster)
-            new = replace(_observe(old, duration_seconds), snapshot=None, up=False,
-                          last_error=error)
-            self._swap(cluster, new)
-        self._changed()
-
-    def not_ready(self) -> list[str]:
-        """Clusters that have not had one successful poll yet (for /readyz)."""
-        return [name for name, st in self._states.items() if not st.ever_succeeded]
-
+from exporter.snapshots import POLL_DURATION_BUCKETS_SECONDS, ClusterState, SnapshotStore
 
 # --------------------------------------------------------------------------- metric families
 

@@ -35,11 +35,11 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import CollectorRegistry
 
 from exporter.config import ConfigError
-from exporter.expose.collector import SnapshotStore
 from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
 from exporter.settings import WebSettings
+from exporter.snapshots import SnapshotStore
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

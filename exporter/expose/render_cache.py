@@ -31,8 +31,9 @@ from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from exporter.expose.collector import ClusterState, SnapshotCollector
+from exporter.expose.collector import SnapshotCollector
 from exporter.logs import get_logger
+from exporter.snapshots import ClusterState
 
 Encoder = Callable[[Collector], bytes]
 StartResponse = Callable[..., Any]

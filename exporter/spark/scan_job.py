@@ -21,9 +21,10 @@ from prometheus_client.registry import CollectorRegistry
 from pyspark.sql import SparkSession
 
 from exporter.analyze import analyze
-from exporter.expose.collector import SnapshotCollector, SnapshotStore
+from exporter.expose.collector import SnapshotCollector
 from exporter.model import ClusterObservation, ClusterSnapshot
 from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
 
 DEFAULT_PUSH_JOB = "kafka-txn-exporter"
 

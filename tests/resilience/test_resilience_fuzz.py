@@ -34,8 +34,9 @@ from prometheus_client.registry import CollectorRegistry
 
 from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller
-from exporter.expose.collector import SnapshotCollector, SnapshotStore
+from exporter.expose.collector import SnapshotCollector
 from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
 
 METADATA, DESCRIBE_PRODUCERS, LIST_TRANSACTIONS = 3, 61, 66
 API_NAMES = {METADATA: "Metadata", DESCRIBE_PRODUCERS: "DescribeProducers",

@@ -16,9 +16,9 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from exporter.expose.collector import SnapshotStore
 from exporter.expose.http import MetricsServer, SingleFlight
 from exporter.settings import ClusterSettings, WebSettings
+from exporter.snapshots import SnapshotStore
 
 
 class SlowCollector:

@@ -23,9 +23,9 @@ from exporter_factories import broker, snapshot
 from exporter.cli import build_registry
 from exporter.config import ConfigError
 from exporter.expose import http as web
-from exporter.expose.collector import SnapshotStore
 from exporter.expose.http import BasicAuth, MetricsServer, load_web_config
 from exporter.settings import ClusterSettings, WebSettings
+from exporter.snapshots import SnapshotStore
 from security.pki import Pki, make_pki
 
 USER, PASSWORD = "prometheus", "sc r:pe-Pässword"  # a space, a colon and non-ASCII on purpose
