@@ -26,6 +26,11 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 
+# The source revision, installed with the package for `--version` and build_info
+# (exporter/version.py); "unknown" when the build argument is not given.
+ARG REVISION=unknown
+RUN python -c 'import sys; open("exporter/_revision.py", "w").write(f"REVISION = {sys.argv[1]!r}\n")' "$REVISION"
+
 # `pip install .` pre-compiles the installed modules to .pyc, so the runtime
 # never needs to write bytecode (read-only root filesystem).
 RUN python -m venv /opt/venv \

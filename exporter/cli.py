@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.registry import CollectorRegistry
@@ -189,6 +189,19 @@ def _add_web_args(parser: argparse.ArgumentParser, default_port: str = "9981 or 
                             "http_server_config.headers (env KTE_WEB_CONFIG_FILE)")
 
 
+class _VersionAction(argparse.Action):
+    """`--version`, resolved only when asked (the revision may need a `git` call)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> None:
+        from exporter.version import version_line
+
+        sys.stdout.write(version_line() + "\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -196,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_CONFIG_HELP + "\n" + env_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the version, the source revision and the Python version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve_p = sub.add_parser(

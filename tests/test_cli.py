@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -26,7 +27,12 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_version() -> None:
     result = run_cli("--version")
     assert result.returncode == 0
-    assert result.stdout.strip() == f"kafka-txn-exporter {__version__}"
+    line = result.stdout.strip()
+    assert line.startswith(f"kafka-txn-exporter {__version__} (revision "), line
+    # Run from this checkout, the revision is the checked-out commit.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert f"(revision {head}, python {platform.python_version()})" in line
 
 
 def test_help_documents_commands_flags_and_env() -> None:

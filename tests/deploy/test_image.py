@@ -186,7 +186,7 @@ def test_installed_console_script_answers_version_and_help(image_venv: Path) -> 
     assert script.exists()
     version = _run(image_venv, str(script), "--version")
     assert version.returncode == 0, version.stderr
-    assert version.stdout.strip() == "kafka-txn-exporter 0.1.0"
+    assert version.stdout.strip().startswith("kafka-txn-exporter 0.1.0 (revision ")
     helped = _run(image_venv, str(script), "--help")
     assert helped.returncode == 0, helped.stderr
     assert "serve" in helped.stdout
