@@ -157,7 +157,7 @@ def _served(late_count: int, repeat: int) -> dict[str, dict[str, Any]]:
     """Whole /metrics answers of the exporter's registry through WSGI (see the docstring)."""
     from prometheus_client import make_wsgi_app
 
-    from exporter.cli import build_registry
+    from exporter.expose.registry import build_registry
     from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
     from exporter.settings import ClusterSettings
     from exporter.snapshots import SnapshotStore

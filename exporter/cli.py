@@ -18,13 +18,10 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.registry import CollectorRegistry
-
 from exporter import __version__
 from exporter.config import ConfigError, Overrides, env_help, load_settings
-from exporter.expose.collector import SnapshotCollector
 from exporter.expose.http import MetricsServer
+from exporter.expose.registry import build_registry
 from exporter.logs import configure_logging, get_logger
 from exporter.scheduler import ClusterJob, PollScheduler, make_cluster_job
 from exporter.settings import ClusterSettings, ExporterSettings
@@ -45,16 +42,6 @@ Precedence: flags > environment > file > defaults. A bad value stops start-up wi
 status 2 and the field path, e.g.
   clusters[0].poll_interval_seconds: expected a number of seconds or a duration like '30s'/'5m'
 """
-
-
-def build_registry(store: SnapshotStore) -> CollectorRegistry:
-    """A private registry: the snapshot collector plus the usual process metrics."""
-    registry = CollectorRegistry()
-    registry.register(SnapshotCollector(store))
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
 
 
 def _open_history(settings: ExporterSettings) -> HistoryWriter | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from exporter.metrics import RESERVED_LABELS
 from exporter.settings import (
     ClusterSettings,
     ExporterSettings,
@@ -48,28 +49,6 @@ LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
-RESERVED_LABELS = frozenset(
-    {
-        "cluster",
-        "topic",
-        "partition",
-        "broker",
-        "producer_id",
-        "producer_epoch",
-        "coordinator_epoch",
-        "start_offset",
-        "transactional_id",
-        "classification",
-        "state",
-        "reason",
-        "api",
-        "error",
-        "version",
-        "le",
-        "job",
-        "instance",
-    }
-)
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

@@ -40,6 +40,8 @@ class ClusterState:
     poll_count: int = 0
     request_errors_total: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
     """(broker, api, error) -> count, accumulated over polls."""
+    poll_interval_seconds: float | None = None
+    """The cluster's configured poll interval (None when the store was built without one)."""
 
     @property
     def ever_succeeded(self) -> bool:
@@ -63,7 +65,11 @@ class SnapshotStore:
     def __init__(self, clusters: Sequence[ClusterSettings]) -> None:
         self._write_lock = threading.Lock()
         self._states: Mapping[str, ClusterState] = MappingProxyType(
-            {c.name: ClusterState(name=c.name, labels=dict(c.labels)) for c in clusters}
+            {
+                c.name: ClusterState(name=c.name, labels=dict(c.labels),
+                                     poll_interval_seconds=c.poll_interval_seconds)
+                for c in clusters
+            }
         )
         self._listeners: list[Callable[[], None]] = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Mapping
 
 from exporter_factories import broker, late, open_txn, snapshot
@@ -14,6 +15,7 @@ from exporter.expose.collector import SnapshotCollector
 from exporter.model import Classification, RequestError, TopicPartition
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
+from exporter.version import revision
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -48,7 +50,9 @@ def series(samples: Samples, name: str) -> list[dict[str, str]]:
 def test_before_first_poll_up_is_0_and_no_data_series() -> None:
     samples = scrape(SnapshotStore([cluster("c1")]))
     assert get(samples, "kafka_txn_exporter_up", cluster="c1") == 0
-    assert get(samples, "kafka_txn_exporter_build_info", version=__version__) == 1
+    assert get(samples, "kafka_txn_exporter_build_info", version=__version__,
+               revision=revision(), python_version=platform.python_version()) == 1
+    assert get(samples, "kafka_txn_exporter_poll_interval_seconds", cluster="c1") == 30.0
     assert not {n for n in names(samples) if n.startswith("kafka_") and "exporter" not in n}
     assert "kafka_txn_exporter_last_successful_poll_timestamp_seconds" not in names(samples)
 

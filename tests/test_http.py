@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from exporter_factories import broker, snapshot
 
-from exporter.cli import build_registry
 from exporter.expose.http import MetricsServer
+from exporter.expose.registry import build_registry
 from exporter.settings import ClusterSettings, WebSettings
 from exporter.snapshots import SnapshotStore
 

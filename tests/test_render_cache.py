@@ -14,10 +14,10 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
-from exporter.cli import build_registry
 from exporter.expose.collector import SnapshotCollector
+from exporter.expose.registry import ExporterRegistry, build_registry
 from exporter.expose.render_cache import MAX_CACHED_FORMATS, make_metrics_app
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
@@ -101,7 +101,7 @@ def test_second_scrape_without_publish_reuses_snapshot_render_others_fresh(
 ) -> None:
     collector = CountingSnapshotCollector(store)
     tick = TickCollector("ticks")
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(collector)
     registry.register(tick)
     app = make_metrics_app(registry)
@@ -118,7 +118,7 @@ def test_second_scrape_without_publish_reuses_snapshot_render_others_fresh(
 
 def test_publish_and_failed_poll_invalidate_the_render(store: SnapshotStore) -> None:
     collector = CountingSnapshotCollector(store)
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(collector)
     app = make_metrics_app(registry)
     store.publish(late_snapshot(400_000))
@@ -147,7 +147,7 @@ def test_body_is_byte_identical_to_prometheus_client_app(
     store: SnapshotStore, accept: str | None
 ) -> None:
     """Registration order is kept: a fresh collector before and after the cached one."""
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(StaticCollector("before_static"))
     registry.register(SnapshotCollector(store))
     registry.register(StaticCollector("after_static"))
@@ -183,7 +183,7 @@ def test_openmetrics_single_eof_and_same_samples_as_uncached(store: SnapshotStor
 
 def test_text_and_openmetrics_are_cached_separately(store: SnapshotStore) -> None:
     collector = CountingSnapshotCollector(store)
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(collector)
     app = make_metrics_app(registry)
     store.publish(late_snapshot(400_000))
@@ -196,7 +196,7 @@ def test_text_and_openmetrics_are_cached_separately(store: SnapshotStore) -> Non
 def test_formats_kept_are_bounded(store: SnapshotStore) -> None:
     """A client cycling OpenMetrics versions cannot pin one body per variant."""
     collector = CountingSnapshotCollector(store)
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(collector)
     app = make_metrics_app(registry)
     store.publish(late_snapshot(400_000))
@@ -225,7 +225,7 @@ def test_name_filters_still_apply(store: SnapshotStore) -> None:
 
 
 def test_gzip_is_the_compressed_body(store: SnapshotStore) -> None:
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(SnapshotCollector(store))
     app = make_metrics_app(registry)
     store.publish(late_snapshot(400_000))
@@ -248,7 +248,7 @@ def test_publish_prerenders_the_formats_scraped_before(store: SnapshotStore) -> 
     from exporter.expose.render_cache import SnapshotRenderCache
 
     collector = CountingSnapshotCollector(store)
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(collector)
     cache = SnapshotRenderCache()
     store.on_change(lambda: cache.warm(registry))

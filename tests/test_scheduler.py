@@ -10,8 +10,8 @@ from collections.abc import Callable
 from exporter_factories import broker, observation, snapshot
 
 from exporter.analyze import analyze
-from exporter.cli import build_registry
 from exporter.expose.http import MetricsServer
+from exporter.expose.registry import build_registry
 from exporter.model import ClusterObservation, ClusterSnapshot, TopicPartition
 from exporter.scheduler import ClusterJob, PollScheduler
 from exporter.settings import ClusterSettings, WebSettings

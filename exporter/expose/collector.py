@@ -12,7 +12,7 @@ per-broker data series left out (missing data is never reported as zero).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,56 +22,78 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from exporter import __version__
+from exporter import __version__, version
+from exporter.metrics import METRICS, MetricSpec, spec
 from exporter.model import ClusterSnapshot
 from exporter.snapshots import POLL_DURATION_BUCKETS_SECONDS, ClusterState, SnapshotStore
 
 # --------------------------------------------------------------------------- metric families
 
-_HELP = {
-    "kafka_partition_max_active_transaction_duration_seconds":
-        "Age of the oldest open transaction on the partition "
-        "(KIP-664 MaxActiveTransactionDuration).",
-    "kafka_cluster_max_active_transaction_duration_seconds":
-        "Age of the oldest open transaction in the cluster.",
-    "kafka_partitions_with_late_transactions":
-        "Partitions led by the broker whose oldest open transaction is older than "
-        "transaction.max.timeout.ms plus the late buffer (like the broker's "
-        "PartitionsWithLateTransactionsCount).",
-    "kafka_partitions_with_hanging_transactions":
-        "Partitions led by the broker with a late transaction its coordinator no longer tracks.",
-    "kafka_partitions_with_open_transactions":
-        "Partitions led by the broker with at least one open transaction.",
-    "kafka_late_transaction_age_seconds":
-        "Age of each late open transaction, with its identity and classification.",
-    "kafka_transactions":
-        "Transactional ids per coordinator state (ListTransactions).",
-    "kafka_transaction_max_timeout_seconds":
-        "The broker's transaction.max.timeout.ms, in seconds.",
-    "kafka_partition_last_stable_offset_lag":
-        "High watermark minus last stable offset (like the broker's LastStableOffsetLag).",
-    "kafka_txn_exporter_up":
-        "1 when the last poll of the cluster succeeded, else 0.",
-    "kafka_txn_exporter_broker_up":
-        "1 when the broker answered in the last poll, else 0.",
-    "kafka_txn_exporter_poll_duration_seconds":
-        "Duration of polls of the cluster (collect and analyze).",
-    "kafka_txn_exporter_last_successful_poll_timestamp_seconds":
-        "Unix time of the last successful poll of the cluster.",
-    "kafka_txn_exporter_request_errors":
-        "Failed requests and per-item errors, by broker, API and Kafka error name.",
-    "kafka_txn_exporter_unobserved_partitions":
-        "Partitions whose producer state could not be read in the last poll.",
-    "kafka_txn_exporter_unobserved_partitions_by_reason":
-        "Unobserved partitions in the last poll by reason (broker_down, unsupported_api, "
-        "unauthorized, not_leader, no_leader, error); only reasons with a count.",
-    "kafka_txn_exporter_build_info":
-        "Build information; the value is always 1.",
-}
+
+def build_info_labels() -> dict[str, str]:
+    """`kafka_txn_exporter_build_info`'s labels for this process."""
+    return {"version": __version__, "revision": version.revision(),
+            "python_version": version.python_version()}
 
 
-def _labels(cluster_state: ClusterState, /, **extra: str) -> dict[str, str]:
-    return {"cluster": cluster_state.name, **extra, **cluster_state.labels}
+def new_family(metric: MetricSpec, extra_labels: Sequence[str] = ()) -> Metric:
+    """An empty family of `metric`, declared with its label names (plus `extra_labels`)."""
+    labels = [*metric.labels, *extra_labels]
+    if metric.type == "histogram":
+        return HistogramMetricFamily(metric.name, metric.help, labels=labels)
+    if metric.type == "counter":
+        return CounterMetricFamily(metric.name, metric.help, labels=labels)
+    return GaugeMetricFamily(metric.name, metric.help, labels=labels)
+
+
+class _Families:
+    """The families of one scrape, filled by label values in declared order.
+
+    Per-cluster families are declared with the union of every cluster's static label names
+    after their own; a cluster without one of them has that label left out of its series
+    (`add_cluster_metric`), as if its family had been declared without it.
+    """
+
+    def __init__(self, states: Mapping[str, ClusterState]) -> None:
+        static: dict[str, None] = {}
+        for state in states.values():
+            static.update(dict.fromkeys(state.labels))
+        self.static_names = tuple(static)
+        self.families = {
+            m.name: new_family(m, self.static_names if m.per_cluster else ())
+            for m in METRICS if m.name in _SNAPSHOT_METRICS
+        }
+
+    def add(self, name: str, state: ClusterState, value: float, *label_values: str) -> None:
+        """One sample of a per-cluster family: the cluster, `label_values`, static labels."""
+        family = self.families[name]
+        assert isinstance(family, GaugeMetricFamily), f"{name}: not a gauge"
+        self.add_cluster_metric(family, state, lambda values: family.add_metric(values, value),
+                                *label_values)
+
+    def add_cluster_metric(
+        self, family: Metric, state: ClusterState, add: Callable[[list[str]], None],
+        *label_values: str,
+    ) -> None:
+        """Call `add` (the family's `add_metric`) with the series' label values in declared
+        order, then drop the static labels this cluster does not have."""
+        first = len(family.samples)
+        add(self.cluster_values(state, *label_values))
+        missing = [n for n in self.static_names if n not in state.labels]
+        for sample in family.samples[first:] if missing else ():
+            for label in missing:
+                del sample.labels[label]
+
+    def cluster_values(self, state: ClusterState, *label_values: str) -> list[str]:
+        """Label values of a per-cluster series, in declared order."""
+        return [state.name, *label_values, *(state.labels.get(n, "") for n in self.static_names)]
+
+
+NOT_FROM_SNAPSHOTS = frozenset({
+    "kafka_txn_exporter_http_connections_refused_total",
+})
+"""Rows of the spec that other collectors fill (rendered fresh on every scrape)."""
+_SNAPSHOT_METRICS = frozenset(m.name for m in METRICS) - NOT_FROM_SNAPSHOTS
 
 
 class SnapshotCollector(Collector):
@@ -81,8 +103,9 @@ class SnapshotCollector(Collector):
     what lets exporter.expose.render_cache reuse its rendered bytes until the next publish.
     """
 
-    def __init__(self, store: SnapshotStore) -> None:
+    def __init__(self, store: SnapshotStore, build_info: Mapping[str, str] | None = None) -> None:
         self._store = store
+        self._build_info = dict(build_info_labels() if build_info is None else build_info)
 
     def published_states(self) -> Mapping[str, ClusterState]:
         """What `collect()` would render now: a new object after every publish or failure."""
@@ -90,128 +113,99 @@ class SnapshotCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         """Declared so registering never triggers a collect."""
-        return list(self._families().values())
-
-    def _families(self) -> dict[str, Metric]:
-        families: dict[str, Metric] = {}
-        for name, doc in _HELP.items():
-            if name == "kafka_txn_exporter_poll_duration_seconds":
-                families[name] = HistogramMetricFamily(name, doc)
-            elif name == "kafka_txn_exporter_request_errors":
-                families[name] = CounterMetricFamily(name, doc)
-            else:
-                families[name] = GaugeMetricFamily(name, doc)
-        return families
+        return list(_Families(self._store.states()).families.values())
 
     def collect(self) -> Iterator[Metric]:
-        states = self._store.states()
-        fam = self._families()
-        fam["kafka_txn_exporter_build_info"].add_sample(
-            "kafka_txn_exporter_build_info", {"version": __version__}, 1.0
-        )
+        yield from self.collect_states(self._store.states())
+
+    def collect_states(self, states: Mapping[str, ClusterState]) -> Iterator[Metric]:
+        """The families of `states` (one read of the store)."""
+        fam = _Families(states)
+        info = spec("kafka_txn_exporter_build_info")
+        family = fam.families[info.name]
+        assert isinstance(family, GaugeMetricFamily)
+        family.add_metric([self._build_info.get(label, "") for label in info.labels], 1.0)
         for state in states.values():
-            self._collect_exporter_own(state, fam)
+            _collect_exporter_own(state, fam)
             snap = state.snapshot
             if snap is not None and state.up and snap.up:
-                self._collect_data(state, snap, fam)
-        yield from fam.values()
+                _collect_data(state, snap, fam)
+        yield from fam.families.values()
 
-    @staticmethod
-    def _collect_exporter_own(state: ClusterState, fam: Mapping[str, Metric]) -> None:
-        fam["kafka_txn_exporter_up"].add_sample(
-            "kafka_txn_exporter_up", _labels(state), 1.0 if state.up else 0.0
+
+def _collect_exporter_own(state: ClusterState, fam: _Families) -> None:
+    fam.add("kafka_txn_exporter_up", state, 1.0 if state.up else 0.0)
+    if state.poll_interval_seconds is not None:
+        fam.add("kafka_txn_exporter_poll_interval_seconds", state, state.poll_interval_seconds)
+    hist = fam.families["kafka_txn_exporter_poll_duration_seconds"]
+    assert isinstance(hist, HistogramMetricFamily)
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, count in zip(
+        (*POLL_DURATION_BUCKETS_SECONDS, float("inf")), state.poll_bucket_counts, strict=True
+    ):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+    total = state.poll_duration_sum_seconds
+    fam.add_cluster_metric(hist, state, lambda values: hist.add_metric(values, buckets, total))
+    if state.last_successful_poll_timestamp_seconds is not None:
+        fam.add("kafka_txn_exporter_last_successful_poll_timestamp_seconds", state,
+                state.last_successful_poll_timestamp_seconds)
+    errors = fam.families["kafka_txn_exporter_request_errors_total"]
+    assert isinstance(errors, CounterMetricFamily)
+    for (broker, api, error), count in sorted(state.request_errors_total.items()):
+        def add(values: list[str], n: float = float(count)) -> None:
+            errors.add_metric(values, n)
+
+        fam.add_cluster_metric(errors, state, add, broker, api, error)
+    snap = state.snapshot
+    if snap is None:
+        return
+    for broker_summary in snap.brokers:
+        fam.add("kafka_txn_exporter_broker_up", state, 1.0 if broker_summary.up else 0.0,
+                str(broker_summary.broker_id))
+    if snap.up:
+        fam.add("kafka_txn_exporter_unobserved_partitions", state,
+                float(snap.unobserved_partitions))
+        for reason, count in sorted(snap.unobserved_by_reason.items()):
+            fam.add("kafka_txn_exporter_unobserved_partitions_by_reason", state, float(count),
+                    reason)
+
+
+def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) -> None:
+    for tp, seconds in sorted(snap.max_active_transaction_duration_seconds.items()):
+        fam.add("kafka_partition_max_active_transaction_duration_seconds", state, seconds,
+                tp.topic, str(tp.partition))
+    fam.add("kafka_cluster_max_active_transaction_duration_seconds", state,
+            snap.cluster_max_active_transaction_duration_seconds)
+    for b in snap.brokers:
+        broker = str(b.broker_id)
+        if b.up and b.observable:  # unknown counts are absent, never 0
+            fam.add("kafka_partitions_with_late_transactions", state,
+                    b.partitions_with_late_transactions, broker)
+            fam.add("kafka_partitions_with_hanging_transactions", state,
+                    b.partitions_with_hanging_transactions, broker)
+            fam.add("kafka_partitions_with_open_transactions", state,
+                    b.partitions_with_open_transactions, broker)
+        if b.transaction_max_timeout_ms is not None:
+            fam.add("kafka_transaction_max_timeout_seconds", state,
+                    b.transaction_max_timeout_ms / 1000.0, broker)
+    for late in snap.late_transactions:
+        txn = late.transaction
+        fam.add(
+            "kafka_late_transaction_age_seconds", state, late.age_seconds,
+            txn.topic,
+            str(txn.partition),
+            str(txn.producer_id),
+            str(txn.producer_epoch),
+            str(txn.coordinator_epoch),
+            str(txn.current_txn_start_offset),
+            late.transactional_id,
+            str(late.classification),
         )
-        hist = "kafka_txn_exporter_poll_duration_seconds"
-        cumulative = 0
-        for bound, count in zip(
-            (*POLL_DURATION_BUCKETS_SECONDS, float("inf")), state.poll_bucket_counts, strict=True
-        ):
-            cumulative += count
-            le = "+Inf" if bound == float("inf") else repr(float(bound))
-            fam[hist].add_sample(f"{hist}_bucket", _labels(state, le=le), float(cumulative))
-        fam[hist].add_sample(f"{hist}_count", _labels(state), float(state.poll_count))
-        fam[hist].add_sample(f"{hist}_sum", _labels(state), state.poll_duration_sum_seconds)
-        if state.last_successful_poll_timestamp_seconds is not None:
-            name = "kafka_txn_exporter_last_successful_poll_timestamp_seconds"
-            fam[name].add_sample(
-                name, _labels(state), state.last_successful_poll_timestamp_seconds
-            )
-        for (broker, api, error), count in sorted(state.request_errors_total.items()):
-            fam["kafka_txn_exporter_request_errors"].add_sample(
-                "kafka_txn_exporter_request_errors_total",
-                _labels(state, broker=broker, api=api, error=error),
-                float(count),
-            )
-        snap = state.snapshot
-        if snap is None:
-            return
-        for broker_summary in snap.brokers:
-            fam["kafka_txn_exporter_broker_up"].add_sample(
-                "kafka_txn_exporter_broker_up",
-                _labels(state, broker=str(broker_summary.broker_id)),
-                1.0 if broker_summary.up else 0.0,
-            )
-        if snap.up:
-            fam["kafka_txn_exporter_unobserved_partitions"].add_sample(
-                "kafka_txn_exporter_unobserved_partitions",
-                _labels(state),
-                float(snap.unobserved_partitions),
-            )
-            for reason, count in sorted(snap.unobserved_by_reason.items()):
-                name = "kafka_txn_exporter_unobserved_partitions_by_reason"
-                fam[name].add_sample(name, _labels(state, reason=reason), float(count))
-
-    @staticmethod
-    def _collect_data(
-        state: ClusterState, snap: ClusterSnapshot, fam: Mapping[str, Metric]
-    ) -> None:
-        def gauge(name: str, value: float, /, **labels: str) -> None:
-            fam[name].add_sample(name, _labels(state, **labels), float(value))
-
-        for tp, seconds in sorted(snap.max_active_transaction_duration_seconds.items()):
-            gauge(
-                "kafka_partition_max_active_transaction_duration_seconds",
-                seconds,
-                topic=tp.topic,
-                partition=str(tp.partition),
-            )
-        gauge(
-            "kafka_cluster_max_active_transaction_duration_seconds",
-            snap.cluster_max_active_transaction_duration_seconds,
-        )
-        for b in snap.brokers:
-            broker = str(b.broker_id)
-            if b.up and b.observable:  # unknown counts are absent, never 0
-                gauge("kafka_partitions_with_late_transactions",
-                      b.partitions_with_late_transactions, broker=broker)
-                gauge("kafka_partitions_with_hanging_transactions",
-                      b.partitions_with_hanging_transactions, broker=broker)
-                gauge("kafka_partitions_with_open_transactions",
-                      b.partitions_with_open_transactions, broker=broker)
-            if b.transaction_max_timeout_ms is not None:
-                gauge("kafka_transaction_max_timeout_seconds",
-                      b.transaction_max_timeout_ms / 1000.0, broker=broker)
-        for late in snap.late_transactions:
-            txn = late.transaction
-            gauge(
-                "kafka_late_transaction_age_seconds",
-                late.age_seconds,
-                topic=txn.topic,
-                partition=str(txn.partition),
-                producer_id=str(txn.producer_id),
-                producer_epoch=str(txn.producer_epoch),
-                coordinator_epoch=str(txn.coordinator_epoch),
-                start_offset=str(txn.current_txn_start_offset),
-                transactional_id=late.transactional_id,
-                classification=str(late.classification),
-            )
-        if snap.transaction_states is not None:
-            for txn_state, count in sorted(snap.transaction_states.items()):
-                gauge("kafka_transactions", count, state=txn_state)
-        for tp, lag in sorted(snap.last_stable_offset_lag.items()):
-            gauge(
-                "kafka_partition_last_stable_offset_lag",
-                lag,
-                topic=tp.topic,
-                partition=str(tp.partition),
-            )
+    if snap.transaction_states is not None:
+        for txn_state, count in sorted(snap.transaction_states.items()):
+            fam.add("kafka_transactions", state, count, txn_state)
+    for tp, lag in sorted(snap.last_stable_offset_lag.items()):
+        fam.add("kafka_partition_last_stable_offset_lag", state, lag, tp.topic,
+                str(tp.partition))

@@ -32,9 +32,9 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import bcrypt
 import yaml
 from prometheus_client.exposition import ThreadingWSGIServer
-from prometheus_client.registry import CollectorRegistry
 
 from exporter.config import ConfigError
+from exporter.expose.registry import ExporterRegistry
 from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
@@ -45,7 +45,7 @@ StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 def make_app(
-    registry: CollectorRegistry, store: SnapshotStore, config_file: str | None = None
+    registry: ExporterRegistry, store: SnapshotStore, config_file: str | None = None
 ) -> WsgiApp:
     """Route the exporter's paths; everything else is 404.
 
@@ -437,7 +437,7 @@ class MetricsServer:
     def __init__(
         self,
         web: WebSettings,
-        registry: CollectorRegistry,
+        registry: ExporterRegistry,
         store: SnapshotStore,
         config_file: str | None = None,
     ) -> None:

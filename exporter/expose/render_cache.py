@@ -29,9 +29,10 @@ from urllib.parse import parse_qs
 from prometheus_client import make_wsgi_app
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder, gzip_accepted
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from exporter.expose.collector import SnapshotCollector
+from exporter.expose.registry import ExporterRegistry
 from exporter.logs import get_logger
 from exporter.snapshots import ClusterState
 
@@ -104,7 +105,7 @@ class SnapshotRenderCache:
         return body
 
 
-    def warm(self, registry: CollectorRegistry) -> None:
+    def warm(self, registry: ExporterRegistry) -> None:
         """Render the new state of every SnapshotCollector in the formats cached before."""
         for collector in _registered_collectors(registry):
             if not isinstance(collector, SnapshotCollector):
@@ -120,15 +121,12 @@ class SnapshotRenderCache:
                                  exc_info=True)
 
 
-def _registered_collectors(registry: CollectorRegistry) -> list[Collector]:
-    """The registry's collectors in registration order, as `CollectorRegistry.collect()` reads
-    them (prometheus_client has no public accessor)."""
-    with registry._lock:
-        return list(registry._collector_to_names)
+def _registered_collectors(registry: ExporterRegistry) -> list[Collector]:
+    return registry.collectors()
 
 
 def render_registry(
-    registry: CollectorRegistry, cache: SnapshotRenderCache, accept: str | None
+    registry: ExporterRegistry, cache: SnapshotRenderCache, accept: str | None
 ) -> tuple[bytes, str]:
     """(body, content type) for `accept`: what `generate_latest` would give, with the
     snapshot collectors' parts from `cache` and every other collector collected now."""
@@ -152,7 +150,7 @@ def render_registry(
 
 
 def make_metrics_app(
-    registry: CollectorRegistry, cache: SnapshotRenderCache | None = None
+    registry: ExporterRegistry, cache: SnapshotRenderCache | None = None
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
     """A WSGI app for /metrics: same answers as prometheus_client's `make_wsgi_app(registry)`,
     with the snapshot families rendered once per published state."""

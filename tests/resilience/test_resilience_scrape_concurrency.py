@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import CollectorRegistry
 
 from exporter.expose.http import MetricsServer, SingleFlight
+from exporter.expose.registry import ExporterRegistry
 from exporter.settings import ClusterSettings, WebSettings
 from exporter.snapshots import SnapshotStore
 
@@ -39,7 +39,7 @@ class SlowCollector:
 @pytest.fixture
 def slow_server() -> Iterator[tuple[str, SlowCollector]]:
     collector = SlowCollector()
-    registry = CollectorRegistry()
+    registry = ExporterRegistry()
     registry.register(collector)  # type: ignore[arg-type]
     store = SnapshotStore([ClusterSettings(name="c1", bootstrap_servers=("h:1",))])
     server = MetricsServer(WebSettings(listen_address="127.0.0.1", port=0), registry, store)

@@ -20,10 +20,10 @@ import bcrypt
 import pytest
 from exporter_factories import broker, snapshot
 
-from exporter.cli import build_registry
 from exporter.config import ConfigError
 from exporter.expose import http as web
 from exporter.expose.http import BasicAuth, MetricsServer, load_web_config
+from exporter.expose.registry import build_registry
 from exporter.settings import ClusterSettings, WebSettings
 from exporter.snapshots import SnapshotStore
 from security.pki import Pki, make_pki

@@ -1,0 +1,163 @@
+"""Every metric the exporter exposes, declared once: name, type, help and label names.
+
+A pure table (no I/O, no prometheus_client): the collectors build their families from it, the
+config refuses static cluster labels that would collide with its label names, and the tests
+check the README's metric table, the dashboards and the alert rules against it.
+
+`labels` are the label names a family is declared with. Families whose labels start with
+`cluster` are per-cluster: each of their series also carries that cluster's static `labels`
+from the configuration. A counter's `name` is the name of its sample, `_total` included.
+
+To add a metric: add a row here, fill it in the collector that knows its value, and add a row
+to the README's metric table (tests/test_metric_spec.py checks both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter", "histogram"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...]
+
+    @property
+    def family_name(self) -> str:
+        """The family's name in the exposition (`# TYPE` line of a counter has no `_total`)."""
+        return self.name.removesuffix("_total") if self.type == "counter" else self.name
+
+    @property
+    def sample_names(self) -> tuple[str, ...]:
+        """The names a query can use: `_bucket`/`_count`/`_sum` of a histogram."""
+        if self.type == "histogram":
+            return tuple(f"{self.name}{suffix}" for suffix in ("_bucket", "_count", "_sum"))
+        return (self.name,)
+
+    @property
+    def per_cluster(self) -> bool:
+        return self.labels[:1] == ("cluster",)
+
+
+_PARTITION = ("cluster", "topic", "partition")
+_BROKER = ("cluster", "broker")
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "kafka_partition_max_active_transaction_duration_seconds", "gauge",
+        "Age of the oldest open transaction on the partition "
+        "(KIP-664 MaxActiveTransactionDuration).",
+        _PARTITION,
+    ),
+    MetricSpec(
+        "kafka_cluster_max_active_transaction_duration_seconds", "gauge",
+        "Age of the oldest open transaction in the cluster.",
+        ("cluster",),
+    ),
+    MetricSpec(
+        "kafka_partitions_with_late_transactions", "gauge",
+        "Partitions led by the broker whose oldest open transaction is older than "
+        "transaction.max.timeout.ms plus the late buffer (like the broker's "
+        "PartitionsWithLateTransactionsCount).",
+        _BROKER,
+    ),
+    MetricSpec(
+        "kafka_partitions_with_hanging_transactions", "gauge",
+        "Partitions led by the broker with a late transaction its coordinator no longer tracks.",
+        _BROKER,
+    ),
+    MetricSpec(
+        "kafka_partitions_with_open_transactions", "gauge",
+        "Partitions led by the broker with at least one open transaction.",
+        _BROKER,
+    ),
+    MetricSpec(
+        "kafka_late_transaction_age_seconds", "gauge",
+        "Age of each late open transaction, with its identity and classification.",
+        (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
+         "transactional_id", "classification"),
+    ),
+    MetricSpec(
+        "kafka_transactions", "gauge",
+        "Transactional ids per coordinator state (ListTransactions).",
+        ("cluster", "state"),
+    ),
+    MetricSpec(
+        "kafka_transaction_max_timeout_seconds", "gauge",
+        "The broker's transaction.max.timeout.ms, in seconds.",
+        _BROKER,
+    ),
+    MetricSpec(
+        "kafka_partition_last_stable_offset_lag", "gauge",
+        "High watermark minus last stable offset (like the broker's LastStableOffsetLag).",
+        _PARTITION,
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_up", "gauge",
+        "1 when the last poll of the cluster succeeded, else 0.",
+        ("cluster",),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_broker_up", "gauge",
+        "1 when the broker answered in the last poll, else 0.",
+        _BROKER,
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_poll_duration_seconds", "histogram",
+        "Duration of polls of the cluster (collect and analyze).",
+        ("cluster",),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_last_successful_poll_timestamp_seconds", "gauge",
+        "Unix time of the last successful poll of the cluster.",
+        ("cluster",),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_request_errors_total", "counter",
+        "Failed requests and per-item errors, by broker, API and Kafka error name.",
+        ("cluster", "broker", "api", "error"),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_unobserved_partitions", "gauge",
+        "Partitions whose producer state could not be read in the last poll.",
+        ("cluster",),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_unobserved_partitions_by_reason", "gauge",
+        "Unobserved partitions in the last poll by reason (broker_down, unsupported_api, "
+        "unauthorized, not_leader, no_leader, error); only reasons with a count.",
+        ("cluster", "reason"),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_poll_interval_seconds", "gauge",
+        "The cluster's configured poll interval (poll_interval_seconds).",
+        ("cluster",),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_build_info", "gauge",
+        "Build information; the value is always 1.",
+        ("version", "revision", "python_version"),
+    ),
+)
+
+METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
+
+PROMETHEUS_TARGET_LABELS = ("job", "instance")
+"""Set by Prometheus on every scraped series; a static label of that name would be renamed."""
+
+RESERVED_LABELS: frozenset[str] = frozenset(
+    {label for m in METRICS for label in m.labels}
+    | {"le"}  # the histogram's bucket label
+    | set(PROMETHEUS_TARGET_LABELS)
+)
+"""Label names a cluster's static `labels` may not use."""
+
+
+def spec(name: str) -> MetricSpec:
+    """The row for `name` (a KeyError names a metric missing from the table)."""
+    return METRICS_BY_NAME[name]

@@ -1,0 +1,193 @@
+"""The metric spec (exporter.metrics) against everything that names a metric: the collector's
+exposition (golden file, promtool), the README's metric table, the dashboards and the rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from exporter_factories import broker, late, open_txn, snapshot
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as om_generate_latest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+
+from exporter.config import RESERVED_LABELS
+from exporter.expose.collector import SnapshotCollector
+from exporter.expose.registry import ExporterRegistry, build_registry
+from exporter.expose.render_cache import SnapshotRenderCache, render_registry
+from exporter.metrics import METRICS, METRICS_BY_NAME
+from exporter.model import Classification, RequestError, TopicPartition
+from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden-metrics.txt"
+BUILD_INFO = {"version": "1.2.3", "revision": "0123456789ab", "python_version": "3.11.9"}
+
+
+def golden_store() -> SnapshotStore:
+    """Two clusters (one with static labels, one whose poll failed), every family filled."""
+    store = SnapshotStore([
+        ClusterSettings(name="prod", bootstrap_servers=("h:1",), poll_interval_seconds=30.0,
+                        labels={"env": "production", "region": "eu-west-1"}),
+        ClusterSettings(name="staging", bootstrap_servers=("h:2",), poll_interval_seconds=10.0,
+                        labels={"env": "staging"}),
+    ])
+    hanging = open_txn("orders", 3, leader_id=1, producer_id=7, start_offset=42, age_ms=400_000)
+    tracked = open_txn("payments", 0, leader_id=2, producer_id=8, producer_epoch=2,
+                       coordinator_epoch=5, start_offset=17, age_ms=250_500)
+    store.publish(snapshot(
+        "prod",
+        brokers=[broker(1, open_=2, late_=1, hanging=1),
+                 broker(2, open_=1, late_=1, max_timeout_ms=900_000),
+                 broker(3, up=False, max_timeout_ms=None)],
+        durations={TopicPartition("orders", 3): 400.0, TopicPartition("payments", 0): 250.5},
+        late_transactions=[late(hanging, Classification.HANGING, ""),
+                           late(tracked, Classification.COORDINATOR_TRACKED, 'pay"ments\\1')],
+        transaction_states={"Ongoing": 1, "Empty": 2},
+        lso_lag={TopicPartition("orders", 3): 12},
+        unobserved=4,
+        unobserved_by_reason={"broker_down": 3, "unauthorized": 1},
+        request_errors=[RequestError(broker_id=3, api="DescribeProducers", error="timeout")],
+        poll_duration_seconds=0.3,
+    ), now_seconds=1_795_217_202.5)
+    store.record_failure("staging", "cluster not reachable", 12.0)
+    return store
+
+
+def golden_exposition() -> str:
+    registry = ExporterRegistry()
+    registry.register(SnapshotCollector(golden_store(), build_info=BUILD_INFO))
+    return generate_latest(registry).decode()
+
+
+def test_fixed_snapshot_gives_the_checked_in_exposition() -> None:
+    text = golden_exposition()
+    if os.environ.get("KTE_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(text, encoding="utf-8")
+    assert text == GOLDEN.read_text(encoding="utf-8"), (
+        "the /metrics exposition changed; if intended, rerun with KTE_UPDATE_GOLDEN=1 and "
+        "review the diff of tests/data/golden-metrics.txt"
+    )
+
+
+def _promtool_check(text: str) -> subprocess.CompletedProcess[str]:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found (scripts/install-test-deps installs it)"
+    return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_promtool_accepts_the_golden_exposition() -> None:
+    result = _promtool_check(golden_exposition())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_accepts_the_served_exposition_with_process_metrics() -> None:
+    store = golden_store()
+    body, content_type = render_registry(build_registry(store), SnapshotRenderCache(), None)
+    assert content_type.startswith("text/plain")
+    result = _promtool_check(body.decode())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_exposition_declares_exactly_the_spec() -> None:
+    """Type and help of every family come from the spec; every sample has the declared label
+    names (plus the cluster's static labels on per-cluster families)."""
+    registry = ExporterRegistry()
+    registry.register(SnapshotCollector(golden_store(), build_info=BUILD_INFO))
+    families = {f.name: f for f in om_parse(om_generate_latest(registry).decode())}
+    expected = {m.family_name: m for m in METRICS
+                if m.name != "kafka_txn_exporter_http_connections_refused_total"}
+    assert set(families) == set(expected)
+    for name, family in families.items():
+        metric = expected[name]
+        assert family.type == metric.type, name
+        assert family.documentation == metric.help, name
+        for sample in family.samples:
+            names = set(sample.labels) - {"le"}
+            static = {"env", "region"} if metric.per_cluster else set()
+            assert set(metric.labels) <= names <= set(metric.labels) | static, sample
+
+
+def test_reserved_labels_are_every_spec_label() -> None:
+    for metric in METRICS:
+        assert set(metric.labels) <= RESERVED_LABELS, metric.name
+    assert {"le", "job", "instance"} <= RESERVED_LABELS
+
+
+def _readme_table() -> dict[str, tuple[str, tuple[str, ...]]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\| `(\w+)` \| (\w+) \| ([^|]*) \|", line)
+        if match:
+            labels = tuple(x.strip() for x in match[3].split(",") if x.strip())
+            rows[match[1]] = (match[2], labels)
+    return rows
+
+
+def test_readme_metric_table_matches_the_spec() -> None:
+    rows = _readme_table()
+    assert set(rows) == set(METRICS_BY_NAME), "README's metric table and exporter.metrics differ"
+    for name, (type_, labels) in rows.items():
+        metric = METRICS_BY_NAME[name]
+        assert (type_, labels) == (metric.type, metric.labels), name
+
+
+_METRIC_NAME = re.compile(r"\b(kafka_\w+)")
+
+
+def _names_in(exprs: list[str]) -> set[str]:
+    return {m for expr in exprs for m in _METRIC_NAME.findall(expr)}
+
+
+def _sample_names() -> set[str]:
+    return {name for m in METRICS for name in m.sample_names}
+
+
+def test_dashboards_query_only_metrics_of_the_spec() -> None:
+    exprs: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("expr", "query") and isinstance(value, str):
+                    exprs.append(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    boards = sorted((ROOT / "dashboards").glob("*.json"))
+    assert boards
+    for board in boards:
+        walk(json.loads(board.read_text(encoding="utf-8")))
+    names = _names_in(exprs)
+    assert names, "no metric found in the dashboards"
+    assert names <= _sample_names(), names - _sample_names()
+
+
+def test_alert_rules_use_only_metrics_of_the_spec() -> None:
+    rules = yaml.safe_load((ROOT / "dashboards" / "alerts" / "rules.yaml").read_text("utf-8"))
+    exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    names = _names_in(exprs)
+    assert names, "no metric found in the rules"
+    assert names <= _sample_names(), names - _sample_names()
+
+
+@pytest.mark.parametrize("name", sorted(METRICS_BY_NAME))
+def test_spec_rows_follow_prometheus_naming(name: str) -> None:
+    metric = METRICS_BY_NAME[name]
+    assert re.fullmatch(r"kafka_[a-z0-9_]+", name)
+    assert name.endswith("_total") == (metric.type == "counter")
+    assert metric.help.endswith(".")
+    assert len(set(metric.labels)) == len(metric.labels)
