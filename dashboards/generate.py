@@ -7,12 +7,15 @@ Run from the repository root:
 
 The dashboards are built with Grafana's own SDK (`grafana-foundation-sdk`, Grafana 11.x flavour) so
 their JSON follows Grafana's schema instead of hand-edited drift. The alert rules are a plain
-Prometheus rules file (`groups:`) so the Helm chart can embed the very same file in a
-PrometheusRule. Alert timings can be changed with the flags below (`--help`); write such a custom
-build to another directory with `--out-dir` and keep the checked-in defaults untouched.
+Prometheus rules file (`groups:`); the Helm chart gets the same rules as a template whose
+tunables (`for:`, `keep_firing_for:`, severity, thresholds, runbook URL, exporter selector) it
+fills from its values. Tune a custom build with `--set ALERT.KEY=VALUE` (`--help`) and write it
+to another directory with `--out-dir`, keeping the checked-in defaults untouched.
 
 Every query is written to be correct with several exporter replicas scraping the same cluster:
 per-broker and per-partition numbers are de-duplicated with `max` across replicas, never summed.
+Alert rules aggregate only the replica labels away (`without (instance, pod)`), so the cluster's
+static labels reach Alertmanager.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +50,11 @@ RULES_FILE = "alerts/rules.yaml"
 RUNBOOK_URL = "https://github.com/kafka-txn-exporter/kafka-txn-exporter/blob/main/docs/runbook.md"
 """Where docs/runbook.md is published; each alert links to its own anchor there."""
 
+CHART_FILES_DIR = DASHBOARDS_DIR.parent / "deploy" / "helm" / "kafka-txn-exporter" / "files"
+CHART_RULES_TEMPLATE = "alerts/rules-template.yaml"
+"""The same rules with every tunable left as a placeholder that the chart fills from its values
+(templates/prometheusrule.yaml): the chart's rules and dashboards/alerts/ are one generation."""
+
 DATASOURCE = dash_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
 CLUSTER = 'cluster=~"$cluster"'
 
@@ -65,73 +74,129 @@ BLUE = "blue"
 # Alert rules
 # --------------------------------------------------------------------------------------------
 
+RULE_DEFAULTS: dict[str, dict[str, str]] = {
+    "KafkaLateTransactions": {
+        "for": "5m",
+        "holdFor": "15m",
+        "severity": "critical",
+        "threshold": "0",
+    },
+    "KafkaHangingTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
+    "KafkaTxnExporterAbsent": {"for": "1m", "window": "1m", "severity": "critical"},
+    "KafkaTxnExporterTargetDown": {"for": "2m", "severity": "warning"},
+    "KafkaTxnExporterDown": {"for": "5m", "severity": "warning"},
+    "KafkaTxnExporterPollsStale": {"for": "0s", "severity": "warning", "threshold": "3"},
+    "KafkaTxnExporterBrokerUnreachable": {"for": "5m", "severity": "warning"},
+    "KafkaTxnExporterUnobservedPartitions": {
+        "for": "15m",
+        "severity": "warning",
+        "threshold": "0",
+    },
+}
+"""Every rule's tunables and their defaults (the chart's `prometheusRule.rules` mirrors this).
+
+`for` delays firing; `holdFor` keeps a late/hanging alert firing on the last values seen while
+no exporter replica polls the cluster (dead, unscraped, or cut off from Kafka), so losing the
+exporter cannot resolve a page; `threshold` is the number the rule compares against (for
+KafkaTxnExporterPollsStale: how many poll intervals without a successful poll);
+`window` is how long the exporter's series must be missing before the absence alert."""
+
+EXPORTER_SELECTOR = 'job="kafka-txn-exporter"'
+"""PromQL label matchers that select the exporter's scrape targets (its `up` series). The
+chart fills in its ServiceMonitor's job and namespace. A wrong selector is loud, not silent:
+KafkaTxnExporterAbsent fires because nothing matches."""
+
+REPLICA_LABELS = ("instance", "pod")
+"""Target labels that differ between exporter replicas. Rules aggregate them away with
+`without (...)`, so every other label -- the cluster's static `labels` (env, region, ...),
+job, namespace -- stays on the alert for Alertmanager to route on."""
+
 
 @dataclasses.dataclass(frozen=True)
-class AlertTimings:
-    """Knobs of the alert rules; the defaults are what the checked-in rules.yaml holds."""
+class AlertSettings:
+    """What a build of the rules is tuned with; the defaults are the checked-in rules.yaml."""
 
-    late_for: str = "5m"
-    """How long a cluster must have late partitions before KafkaLateTransactions pages."""
-    hanging_for: str = "1m"
-    """How long a transaction must stay classified as hanging before KafkaHangingTransaction pages.
-    The exporter only classifies transactions that are already late (older than
-    transaction.max.timeout.ms + the late buffer), so this only rides out a flapping poll."""
-    exporter_down_for: str = "5m"
-    poll_interval_seconds: float = 30.0
-    """The exporter's `poll_interval_seconds`; keep in step with its configuration."""
-    stale_polls: int = 3
-    """KafkaTxnExporterPollsStale fires when no poll succeeded for this many poll intervals."""
-    broker_unreachable_for: str = "5m"
-    unobserved_for: str = "15m"
+    rules: dict[str, dict[str, str]] = dataclasses.field(
+        default_factory=lambda: {name: dict(keys) for name, keys in RULE_DEFAULTS.items()}
+    )
+    exporter_selector: str = EXPORTER_SELECTOR
+    replica_labels: tuple[str, ...] = REPLICA_LABELS
     runbook_url: str = RUNBOOK_URL
 
+    def placeholders(self) -> dict[str, str]:
+        """Placeholder -> value, for filling the rules template."""
+        values = {
+            _placeholder(alert, key): value
+            for alert, keys in self.rules.items()
+            for key, value in keys.items()
+        }
+        values[SELECTOR] = self.exporter_selector
+        values[REPLICAS] = ", ".join(self.replica_labels)
+        values[RUNBOOK] = self.runbook_url
+        return values
 
-def _runbook(timings: AlertTimings, alert: str) -> str:
-    # GitHub's heading anchor: the heading text lower-cased (our headings are the alert names).
-    return f"{timings.runbook_url}#{alert.lower()}"
+
+def _placeholder(alert: str, key: str) -> str:
+    return f"__KTE_{alert}_{key}__"
 
 
-def _rule(
-    timings: AlertTimings,
-    alert: str,
-    expr: str,
-    for_: str,
-    severity: str,
-    summary: str,
-    description: str,
-) -> dict[str, Any]:
-    rule: dict[str, Any] = {"alert": alert, "expr": expr}
-    if for_ not in ("", "0", "0s", "0m"):
-        rule["for"] = for_
-    rule["labels"] = {"severity": severity}
+SELECTOR = "__KTE_exporterSelector__"
+REPLICAS = "__KTE_replicaLabels__"
+RUNBOOK = "__KTE_runbookBaseUrl__"
+PLACEHOLDER = re.compile(r"__KTE_[A-Za-z0-9_]+?__")
+
+
+def _rule(alert: str, expr: str, summary: str, description: str) -> dict[str, Any]:
+    """One alerting rule, its tunables as placeholders."""
+    rule: dict[str, Any] = {"alert": alert, "expr": expr, "for": _placeholder(alert, "for")}
+    rule["labels"] = {"severity": _placeholder(alert, "severity")}
     rule["annotations"] = {
         "summary": summary,
         "description": description,
-        "runbook_url": _runbook(timings, alert),
+        # GitHub's heading anchor: the heading text lower-cased (our headings are alert names).
+        "runbook_url": f"{RUNBOOK}#{alert.lower()}",
     }
     return rule
 
 
-HANGING_LABELS = (
-    "cluster, topic, partition, producer_id, producer_epoch, coordinator_epoch, start_offset, "
-    "transactional_id"
+HOLD_NOTE = (
+    " If the exporter stops answering or no replica can poll the cluster, this alert keeps "
+    "firing on the last values seen for up to {hold} instead of resolving; "
+    "KafkaTxnExporterAbsent or KafkaTxnExporterDown says why."
 )
 
 
-def alert_rules(timings: AlertTimings) -> dict[str, Any]:
-    """The Prometheus rules file, as a mapping ready for YAML."""
-    stale_after_seconds = timings.poll_interval_seconds * timings.stale_polls
-    stale_after = f"{stale_after_seconds:g}"
+def _held(alert: str, shape: str, series: str) -> str:
+    """`shape` over the live `series`, or -- while no replica polls the cluster -- over the
+    last values seen within the hold period.
+
+    An alert must not resolve because the exporter died or lost Kafka (the series vanish
+    then); it must resolve as soon as a working exporter reports the problem gone (after an
+    abort). keep_firing_for cannot tell the two apart: it would hold real resolutions too.
+    """
+    live = shape.format(series=series)
+    last_seen = shape.format(series=f"last_over_time({series}[{_placeholder(alert, 'holdFor')}])")
+    polling = f"max without ({REPLICAS}) (kafka_txn_exporter_up) == 1"
+    return f"{live} or ({last_seen} unless on (cluster) ({polling}))"
+
+
+def rules_template() -> dict[str, Any]:
+    """The Prometheus rules file with placeholders for every tunable."""
+    late = "KafkaLateTransactions"
+    hanging = "KafkaHangingTransaction"
+    stale = "KafkaTxnExporterPollsStale"
     transactions = [
         _rule(
-            timings,
-            "KafkaLateTransactions",
-            # Sum over brokers within one replica (instance), then max across replicas: two
-            # replicas that see the same late partition must not double it.
-            "max by (cluster) "
-            "(sum by (cluster, instance) (kafka_partitions_with_late_transactions)) > 0",
-            timings.late_for,
-            "page",
+            late,
+            # Sum over brokers within one replica, then max across replicas: two replicas that
+            # see the same late partition must not double it. `without` keeps the cluster's
+            # static labels for routing.
+            _held(
+                late,
+                f"max without ({REPLICAS}) "
+                "(sum without (broker) ({series})) > " + _placeholder(late, "threshold"),
+                "kafka_partitions_with_late_transactions",
+            ),
             "{{ $value }} partition(s) of Kafka cluster {{ $labels.cluster }} have a late "
             "transaction",
             "Partitions of cluster {{ $labels.cluster }} have an open transaction older than "
@@ -140,15 +205,16 @@ def alert_rules(timings: AlertTimings) -> dict[str, Any]:
             "isolation.level=read_committed cannot read past such a transaction, and the log "
             "cannot be compacted or deleted beyond it. Find the partitions in the 'Late "
             "transactions' table of the Kafka transactions dashboard; a KafkaHangingTransaction "
-            "alert names each one the coordinator no longer tracks.",
+            "alert names each one the coordinator no longer tracks."
+            + HOLD_NOTE.format(hold=_placeholder(late, "holdFor")),
         ),
         _rule(
-            timings,
-            "KafkaHangingTransaction",
-            f"max by ({HANGING_LABELS}) "
-            '(kafka_late_transaction_age_seconds{classification="hanging"})',
-            timings.hanging_for,
-            "page",
+            hanging,
+            _held(
+                hanging,
+                f"max without ({REPLICAS}, classification) ({{series}})",
+                'kafka_late_transaction_age_seconds{classification="hanging"}',
+            ),
             "Hanging transaction on {{ $labels.topic }}-{{ $labels.partition }} in Kafka cluster "
             "{{ $labels.cluster }}",
             "Producer {{ $labels.producer_id }} (epoch {{ $labels.producer_epoch }}, "
@@ -161,16 +227,37 @@ def alert_rules(timings: AlertTimings) -> dict[str, Any]:
             "partition are stuck at offset {{ $labels.start_offset }}. After the checks in the "
             "runbook, abort it with: kafka-transactions.sh --bootstrap-server <broker> abort "
             "--topic {{ $labels.topic }} --partition {{ $labels.partition }} --start-offset "
-            "{{ $labels.start_offset }}",
+            "{{ $labels.start_offset }}." + HOLD_NOTE.format(hold=_placeholder(hanging, "holdFor")),
         ),
     ]
+    absent = "KafkaTxnExporterAbsent"
     exporter = [
         _rule(
-            timings,
+            absent,
+            f"absent_over_time(kafka_txn_exporter_build_info{{{SELECTOR}}}"
+            f"[{_placeholder(absent, 'window')}])",
+            "kafka-txn-exporter is gone: no exporter matching {" + SELECTOR + "} was scraped",
+            "Prometheus has scraped no kafka-txn-exporter series matching {"
+            + SELECTOR
+            + "} for "
+            + _placeholder(absent, "window")
+            + ": the exporter is stopped, crashing, or not scraped. Nothing watches Kafka "
+            "transactions now; late and hanging transaction alerts that were firing keep "
+            "firing for their hold period and then resolve without the problem being gone. "
+            "Check the exporter's pods or process, its logs, and Prometheus' targets page.",
+        ),
+        _rule(
+            "KafkaTxnExporterTargetDown",
+            f"up{{{SELECTOR}}} == 0",
+            "kafka-txn-exporter target {{ $labels.instance }} is down",
+            "Prometheus cannot scrape the kafka-txn-exporter at {{ $labels.instance }} (job "
+            "{{ $labels.job }}): the process is stopped or hanging, the port is unreachable, "
+            "or the scrape is refused (TLS or basic auth mismatch). Other replicas, if any, "
+            "still watch Kafka; when none is left, KafkaTxnExporterAbsent pages.",
+        ),
+        _rule(
             "KafkaTxnExporterDown",
-            "max by (cluster) (kafka_txn_exporter_up) == 0",
-            timings.exporter_down_for,
-            "warning",
+            f"max without ({REPLICAS}) (kafka_txn_exporter_up) == 0",
             "kafka-txn-exporter cannot poll Kafka cluster {{ $labels.cluster }}",
             "No kafka-txn-exporter replica completed a poll of cluster {{ $labels.cluster }}: "
             "late and hanging transactions there go unseen and KafkaLateTransactions cannot "
@@ -178,25 +265,23 @@ def alert_rules(timings: AlertTimings) -> dict[str, Any]:
             "connection, TLS, SASL or authorisation errors.",
         ),
         _rule(
-            timings,
-            "KafkaTxnExporterPollsStale",
-            "time() - max by (cluster) (kafka_txn_exporter_last_successful_poll_timestamp_seconds)"
-            f" > {stale_after}",
-            "0s",
-            "warning",
+            stale,
+            "time() - max without ("
+            + REPLICAS
+            + ") (kafka_txn_exporter_last_successful_poll_timestamp_seconds)"
+            + f" > {_placeholder(stale, 'threshold')} * max without ({REPLICAS}) "
+            "(kafka_txn_exporter_poll_interval_seconds)",
             "kafka-txn-exporter has not completed a poll of {{ $labels.cluster }} for "
             "{{ $value | humanizeDuration }}",
-            f"The last successful poll of cluster {{{{ $labels.cluster }}}} is older than "
-            f"{timings.stale_polls} poll intervals ({stale_after} s): the transaction metrics "
+            "The last successful poll of cluster {{ $labels.cluster }} is older than "
+            + _placeholder(stale, "threshold")
+            + " poll intervals (the cluster's poll_interval_seconds): the transaction metrics "
             "are stale. Polls may be hanging on an unresponsive broker, or the exporter is "
             "overloaded (see the poll duration panel of the exporter health dashboard).",
         ),
         _rule(
-            timings,
             "KafkaTxnExporterBrokerUnreachable",
-            "max by (cluster, broker) (kafka_txn_exporter_broker_up) == 0",
-            timings.broker_unreachable_for,
-            "warning",
+            f"max without ({REPLICAS}) (kafka_txn_exporter_broker_up) == 0",
             "kafka-txn-exporter cannot read broker {{ $labels.broker }} of Kafka cluster "
             "{{ $labels.cluster }}",
             "No replica of the exporter got answers from broker {{ $labels.broker }} of "
@@ -205,11 +290,9 @@ def alert_rules(timings: AlertTimings) -> dict[str, Any]:
             "and KafkaLateTransactions may stay silent for them.",
         ),
         _rule(
-            timings,
             "KafkaTxnExporterUnobservedPartitions",
-            "min by (cluster) (kafka_txn_exporter_unobserved_partitions) > 0",
-            timings.unobserved_for,
-            "warning",
+            f"min without ({REPLICAS}) (kafka_txn_exporter_unobserved_partitions) > "
+            + _placeholder("KafkaTxnExporterUnobservedPartitions", "threshold"),
             "{{ $value }} partition(s) of Kafka cluster {{ $labels.cluster }} are not observed",
             "The exporter could not ask DescribeProducers about some partitions of cluster "
             "{{ $labels.cluster }} (leader unavailable, missing READ permission on the topic, "
@@ -225,25 +308,50 @@ def alert_rules(timings: AlertTimings) -> dict[str, Any]:
     }
 
 
+def _fill(node: Any, values: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {key: _fill(value, values) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_fill(item, values) for item in node]
+    if isinstance(node, str):
+        return PLACEHOLDER.sub(lambda match: values[match.group(0)], node)
+    return node
+
+
+def alert_rules(settings: AlertSettings) -> dict[str, Any]:
+    """The Prometheus rules file, as a mapping ready for YAML."""
+    filled: dict[str, Any] = _fill(rules_template(), settings.placeholders())
+    return filled
+
+
 class _RulesDumper(yaml.SafeDumper):
     """One line per string: folding would split `{{ $labels.x }}` templates across lines."""
 
 
-def render_rules(timings: AlertTimings) -> str:
+def _dump(doc: dict[str, Any]) -> str:
+    return yaml.dump(
+        doc, Dumper=_RulesDumper, sort_keys=False, width=1_000_000, allow_unicode=True
+    )
+
+
+def render_rules(settings: AlertSettings) -> str:
     header = (
         "# Prometheus alert rules for kafka-txn-exporter.\n"
         "# GENERATED by `python -m dashboards.generate` from dashboards/generate.py: edit that,\n"
-        "# not this file. The Helm chart embeds this file unchanged in a PrometheusRule.\n"
-        "# Timings (for:, stale threshold) are flags of the generator; see docs/runbook.md.\n"
+        "# not this file. The Helm chart renders the same rules from its values\n"
+        "# (files/alerts/rules-template.yaml). Tune with the generator's --set; see\n"
+        "# docs/runbook.md.\n"
     )
-    body = yaml.dump(
-        alert_rules(timings),
-        Dumper=_RulesDumper,
-        sort_keys=False,
-        width=1_000_000,
-        allow_unicode=True,
+    return header + _dump(alert_rules(settings))
+
+
+def render_rules_template() -> str:
+    header = (
+        "# kafka-txn-exporter alert rules with placeholders (__KTE_<alert>_<key>__) that\n"
+        "# templates/prometheusrule.yaml fills from .Values.prometheusRule.\n"
+        "# GENERATED by `python -m dashboards.generate` from dashboards/generate.py.\n"
     )
-    return header + body
+    return header + _dump(rules_template())
 
 
 # --------------------------------------------------------------------------------------------
@@ -876,81 +984,101 @@ def render_dashboard(board: dash_m.Dashboard) -> str:
     return json.dumps(board, cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
 
 
-def render_all(timings: AlertTimings | None = None) -> dict[str, str]:
-    """Relative path -> file content for everything this module generates."""
-    timings = timings or AlertTimings()
+def render_all(settings: AlertSettings | None = None) -> dict[str, str]:
+    """Path relative to dashboards/ -> content, for everything this module generates there."""
+    settings = settings or AlertSettings()
     return {
         OVERVIEW_FILE: render_dashboard(overview_dashboard()),
         HEALTH_FILE: render_dashboard(health_dashboard()),
-        RULES_FILE: render_rules(timings),
+        RULES_FILE: render_rules(settings),
     }
 
 
+def render_chart_files() -> dict[str, str]:
+    """Path relative to the chart's files/ -> content: the dashboards and the rules template."""
+    return {
+        OVERVIEW_FILE: render_dashboard(overview_dashboard()),
+        HEALTH_FILE: render_dashboard(health_dashboard()),
+        CHART_RULES_TEMPLATE: render_rules_template(),
+    }
+
+
+def _setting(text: str) -> tuple[str, str, str]:
+    alert_key, sep, value = text.partition("=")
+    alert, dot, key = alert_key.partition(".")
+    if not sep or not dot or alert not in RULE_DEFAULTS or key not in RULE_DEFAULTS[alert]:
+        known = ", ".join(f"{a}.{k}" for a, keys in RULE_DEFAULTS.items() for k in keys)
+        raise argparse.ArgumentTypeError(f"expected ALERT.KEY=VALUE with one of: {known}")
+    return alert, key, value
+
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    defaults = AlertTimings()
     parser = argparse.ArgumentParser(
         prog="python -m dashboards.generate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--check", action="store_true", help="do not write; exit 1 if the files in --out-dir differ"
-    )
-    parser.add_argument("--out-dir", type=Path, default=DASHBOARDS_DIR)
-    parser.add_argument(
-        "--late-for",
-        default=defaults.late_for,
-        help="KafkaLateTransactions for: (default %(default)s)",
+        "--check", action="store_true", help="do not write; exit 1 if a generated file differs"
     )
     parser.add_argument(
-        "--hanging-for",
-        default=defaults.hanging_for,
-        help="KafkaHangingTransaction for: (default %(default)s)",
-    )
-    parser.add_argument("--exporter-down-for", default=defaults.exporter_down_for)
-    parser.add_argument("--broker-unreachable-for", default=defaults.broker_unreachable_for)
-    parser.add_argument("--unobserved-for", default=defaults.unobserved_for)
-    parser.add_argument(
-        "--poll-interval-seconds",
-        type=float,
-        default=defaults.poll_interval_seconds,
-        help="the exporter's poll_interval_seconds (default %(default)s)",
+        "--out-dir",
+        type=Path,
+        help="write dashboards and rules here instead of dashboards/ (and skip the chart's "
+        "files/): for a custom build of the rules",
     )
     parser.add_argument(
-        "--stale-polls",
-        type=int,
-        default=defaults.stale_polls,
-        help="missed poll intervals before KafkaTxnExporterPollsStale",
+        "--set",
+        dest="settings",
+        action="append",
+        type=_setting,
+        default=[],
+        metavar="ALERT.KEY=VALUE",
+        help="tune one rule, e.g. KafkaHangingTransaction.for=5m (repeatable); keys: "
+        + "; ".join(f"{a}: {', '.join(k)}" for a, k in RULE_DEFAULTS.items()),
     )
-    parser.add_argument("--runbook-url", default=defaults.runbook_url)
+    parser.add_argument(
+        "--exporter-selector",
+        default=EXPORTER_SELECTOR,
+        help="PromQL label matchers of the exporter's scrape targets (default %(default)s)",
+    )
+    parser.add_argument(
+        "--replica-labels",
+        default=",".join(REPLICA_LABELS),
+        help="comma-separated target labels that differ between replicas (default %(default)s)",
+    )
+    parser.add_argument("--runbook-url", default=RUNBOOK_URL)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
-    timings = AlertTimings(
-        late_for=args.late_for,
-        hanging_for=args.hanging_for,
-        exporter_down_for=args.exporter_down_for,
-        poll_interval_seconds=args.poll_interval_seconds,
-        stale_polls=args.stale_polls,
-        broker_unreachable_for=args.broker_unreachable_for,
-        unobserved_for=args.unobserved_for,
+    settings = AlertSettings(
+        exporter_selector=args.exporter_selector,
+        replica_labels=tuple(x.strip() for x in args.replica_labels.split(",") if x.strip()),
         runbook_url=args.runbook_url,
     )
-    out_dir: Path = args.out_dir
+    for alert, key, value in args.settings:
+        settings.rules[alert][key] = value
+    outputs: list[tuple[Path, dict[str, str]]] = []
+    if args.out_dir is not None:
+        outputs.append((args.out_dir, render_all(settings)))
+    else:
+        outputs.append((DASHBOARDS_DIR, render_all(settings)))
+        outputs.append((CHART_FILES_DIR, render_chart_files()))
     stale: list[str] = []
-    for relative, content in render_all(timings).items():
-        path = out_dir / relative
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == content:
-            continue
-        if args.check:
-            stale.append(relative)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-        print(f"wrote {path}")
+    for out_dir, files in outputs:
+        for relative, content in files.items():
+            path = out_dir / relative
+            current = path.read_text(encoding="utf-8") if path.exists() else None
+            if current == content:
+                continue
+            if args.check:
+                stale.append(str(path))
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+            print(f"wrote {path}")
     if stale:
         print(
             "stale generated files (run `python -m dashboards.generate`): " + ", ".join(stale),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ RULES = REPO / "dashboards" / "alerts" / "rules.yaml"
 RULES_TEST = Path(__file__).resolve().parent / "rules_test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 
-PAGE_ALERTS = {"KafkaLateTransactions", "KafkaHangingTransaction"}
+CRITICAL_ALERTS = {"KafkaLateTransactions", "KafkaHangingTransaction", "KafkaTxnExporterAbsent"}
 
 
 def _promtool() -> str:
@@ -65,8 +66,9 @@ def test_every_alert_is_unit_tested_both_firing_and_not_firing() -> None:
 
 
 def test_alerts_have_severity_and_annotations_with_runbook_anchor() -> None:
+    """Severities are kube-prometheus-stack's critical/warning/info; what pages is critical."""
     for rule in _rules():
-        expected = "page" if rule["alert"] in PAGE_ALERTS else "warning"
+        expected = "critical" if rule["alert"] in CRITICAL_ALERTS else "warning"
         assert rule["labels"]["severity"] == expected, rule["alert"]
         annotations = rule["annotations"]
         assert set(annotations) >= {"summary", "description", "runbook_url"}, rule["alert"]
@@ -91,10 +93,59 @@ def test_every_runbook_url_anchor_exists_in_the_runbook() -> None:
 
 
 def test_page_alerts_are_safe_with_several_exporter_replicas() -> None:
-    """Counts are summed per replica (instance) and then max'ed across replicas, never summed."""
+    """Counts are summed per replica and then max'ed across replicas, never summed."""
     exprs = {rule["alert"]: rule["expr"] for rule in _rules()}
     assert exprs["KafkaLateTransactions"].startswith(
-        "max by (cluster) (sum by (cluster, instance) (kafka_partitions_with_late_transactions))"
+        "max without (instance, pod) (sum without (broker) "
+        "(kafka_partitions_with_late_transactions)) > 0 or "
     )
-    assert exprs["KafkaHangingTransaction"].startswith("max by (")
+    assert exprs["KafkaHangingTransaction"].startswith("max without (instance, pod, ")
     assert 'classification="hanging"' in exprs["KafkaHangingTransaction"]
+
+
+def test_no_rule_aggregates_away_the_clusters_static_labels() -> None:
+    """`max by (cluster)` would drop env/region & co.; only replica labels may go."""
+    for rule in _rules():
+        assert " by (" not in rule["expr"], rule["alert"]
+
+
+def test_the_stale_poll_rule_follows_the_poll_interval_metric() -> None:
+    (rule,) = [r for r in _rules() if r["alert"] == "KafkaTxnExporterPollsStale"]
+    assert "> 3 * max without (instance, pod) (kafka_txn_exporter_poll_interval_seconds)" in (
+        rule["expr"]
+    )
+    assert not re.search(r"> *[0-9.]+ *$", rule["expr"]), "no fixed number of seconds"
+
+
+def test_the_exporter_absence_rules_exist_and_use_the_selector(tmp_path: Path) -> None:
+    """The selector is a generator parameter; a custom one reaches both absence rules."""
+    result = subprocess.run(
+        [sys.executable, "-m", "dashboards.generate", "--out-dir", str(tmp_path),
+         "--exporter-selector", 'job="kte", namespace="mon"',
+         "--set", "KafkaTxnExporterAbsent.window=3m",
+         "--set", "KafkaHangingTransaction.severity=info"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = yaml.safe_load((tmp_path / "alerts" / "rules.yaml").read_text(encoding="utf-8"))
+    rules = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+    assert rules["KafkaTxnExporterAbsent"]["expr"] == (
+        'absent_over_time(kafka_txn_exporter_build_info{job="kte", namespace="mon"}[3m])'
+    )
+    assert rules["KafkaTxnExporterTargetDown"]["expr"] == 'up{job="kte", namespace="mon"} == 0'
+    assert rules["KafkaHangingTransaction"]["labels"] == {"severity": "info"}
+    checked = subprocess.run(
+        [_promtool(), "check", "rules", str(tmp_path / "alerts" / "rules.yaml")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_generator_rejects_an_unknown_setting(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "dashboards.generate", "--out-dir", str(tmp_path),
+         "--set", "KafkaHangingTransaction.threshold=5"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "ALERT.KEY=VALUE" in result.stderr

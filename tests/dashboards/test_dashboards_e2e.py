@@ -12,8 +12,8 @@ transaction.max.timeout.ms = 2000 and late_buffer_seconds = 1, it is late 3 s af
 record's CreateTime (the broker's late rule: now - T > transaction.max.timeout.ms + buffer,
 reference/kafka-transactions.md).
 
-The rules are the generated ones with `for:` shortened to 1 s (`--late-for 1s --hanging-for
-1s`): the measured page latency is the pipeline's own (poll + scrape + evaluation + delivery);
+The rules are the generated ones with `for:` shortened to 1 s (`--set
+KafkaLateTransactions.for=1s --set KafkaHangingTransaction.for=1s`): the measured page latency is the pipeline's own (poll + scrape + evaluation + delivery);
 in production add the configured `for:` (5m late, 1m hanging).
 
 There is no `kafka-txn-exporter abort` command yet, so the abort step does what
@@ -84,8 +84,7 @@ def _generate_rules(out_dir: Path) -> Path:
     result = subprocess.run(
         [
             sys.executable, "-m", "dashboards.generate", "--out-dir", str(out_dir),
-            "--late-for", "1s", "--hanging-for", "1s",
-            "--poll-interval-seconds", str(POLL_INTERVAL_SECONDS),
+            "--set", "KafkaLateTransactions.for=1s", "--set", "KafkaHangingTransaction.for=1s",
         ],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -355,7 +354,8 @@ def test_hanging_transaction_pages_with_its_labels_and_resolves_after_abort(
     (alert,) = hanging.alerts
     assert alert["labels"] == {
         "alertname": "KafkaHangingTransaction",
-        "severity": "page",
+        "severity": "critical",
+        "job": "kafka-txn-exporter",
         "cluster": CLUSTER,
         "topic": TOPIC,
         "partition": str(PARTITION),
@@ -370,7 +370,8 @@ def test_hanging_transaction_pages_with_its_labels_and_resolves_after_abort(
     (late_alert,) = late.alerts
     assert late_alert["labels"] == {
         "alertname": "KafkaLateTransactions",
-        "severity": "page",
+        "severity": "critical",
+        "job": "kafka-txn-exporter",
         "cluster": CLUSTER,
     }
     # Counted once, not once per replica (max across replicas, not sum).

@@ -123,3 +123,9 @@ def test_health_dashboard_covers_the_exporter_metrics() -> None:
     ):
         assert metric in exprs
     assert "by (cluster, broker, api, error)" in exprs
+
+
+def test_checked_in_dashboards_and_chart_files_are_fresh() -> None:
+    """`--check` without --out-dir covers dashboards/ and the chart's files/ (rules template)."""
+    result = _generate("--check")
+    assert result.returncode == 0, result.stderr

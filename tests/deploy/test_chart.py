@@ -19,6 +19,7 @@ import copy
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -656,29 +657,121 @@ def test_rendered_config_with_an_unknown_key_would_fail_the_loader(tmp_path: Pat
 # --------------------------------------------------------------------------- rules, dashboards
 
 
-def test_chart_rules_and_dashboards_are_copies_of_the_generated_ones() -> None:
-    """files/ must stay byte-identical to dashboards/ (python -m dashboards.generate).
+def test_chart_files_are_the_generators_output() -> None:
+    """files/ holds what `python -m dashboards.generate` writes there: the dashboards (also in
+    dashboards/) and the rules template the plain rules.yaml is filled from."""
+    from dashboards.generate import render_chart_files
 
-    Refresh with: python -m dashboards.generate --out-dir deploy/helm/kafka-txn-exporter/files
-    """
-    source = REPO / "dashboards"
-    pairs = [(source / "alerts/rules.yaml", CHART_DIR / "files/alerts/rules.yaml")]
-    chart_dashboards = sorted((CHART_DIR / "files").glob("*.json"))
-    assert [p.name for p in chart_dashboards] == sorted(p.name for p in source.glob("*.json"))
-    pairs += [(source / p.name, p) for p in chart_dashboards]
-    for original, copied in pairs:
-        assert copied.read_bytes() == original.read_bytes(), (
-            f"{copied.relative_to(REPO)} differs from {original.relative_to(REPO)}"
-        )
+    for relative, content in render_chart_files().items():
+        assert (CHART_DIR / "files" / relative).read_text(encoding="utf-8") == content, relative
+    for board in (REPO / "dashboards").glob("*.json"):
+        assert (CHART_DIR / "files" / board.name).read_bytes() == board.read_bytes()
 
 
-def test_prometheus_rule_carries_the_plain_rules_file_unchanged(chart: helm.Chart) -> None:
-    docs = objects(render(chart, {"prometheusRule": {"enabled": True}}))
+def _rules(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    spec = one(docs, "PrometheusRule")["spec"]
+    return {rule["alert"]: rule for group in spec["groups"] for rule in group["rules"]}
+
+
+def test_prometheus_rule_with_default_values_is_the_plain_rules_file(chart: helm.Chart) -> None:
+    """One generator: the chart's defaults give exactly dashboards/alerts/rules.yaml."""
+    docs = objects(render(chart, {"prometheusRule": {
+        "enabled": True, "exporterSelector": 'job="kafka-txn-exporter"'}}))
     rule = one(docs, "PrometheusRule")
     plain = yaml.safe_load((REPO / "dashboards/alerts/rules.yaml").read_text(encoding="utf-8"))
     assert rule["spec"] == {"groups": plain["groups"]}
     # Prometheus' own {{ $labels.x }} templates must not have been consumed by Helm.
     assert "{{ $labels.cluster }}" in json.dumps(rule["spec"])
+
+
+def test_values_rule_defaults_are_the_generators_defaults() -> None:
+    from dashboards.generate import REPLICA_LABELS, RULE_DEFAULTS, RUNBOOK_URL
+
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text(encoding="utf-8"))
+    pr = values["prometheusRule"]
+    assert pr["runbookBaseUrl"] == RUNBOOK_URL
+    assert tuple(pr["replicaLabels"]) == REPLICA_LABELS
+    assert set(pr["rules"]) == set(RULE_DEFAULTS)
+    for alert, keys in RULE_DEFAULTS.items():
+        tuning = dict(pr["rules"][alert])
+        assert tuning.pop("enabled") is True
+        assert {k: str(v) for k, v in tuning.items()} == keys, alert
+
+
+def test_prometheus_rule_selects_the_exporter_by_the_servicemonitors_job(
+    chart: helm.Chart,
+) -> None:
+    docs = objects(render(chart, {"prometheusRule": {"enabled": True},
+                                  "serviceMonitor": {"enabled": True}}))
+    monitor = one(docs, "ServiceMonitor")
+    job = one(docs, "Service")["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+    rules = _rules(docs)
+    selector = f'job="{job}", namespace="{NAMESPACE}"'
+    assert rules["KafkaTxnExporterAbsent"]["expr"] == (
+        f"absent_over_time(kafka_txn_exporter_build_info{{{selector}}}[1m])"
+    )
+    assert rules["KafkaTxnExporterTargetDown"]["expr"] == f"up{{{selector}}} == 0"
+
+
+TUNED_RULES: dict[str, Any] = {
+    "enabled": True,
+    "runbookBaseUrl": "https://wiki.example.com/kafka/runbook",
+    "additionalRuleLabels": {"team": "streaming", "severity": "ignored"},
+    "replicaLabels": ["instance", "pod", "replica"],
+    "rules": {
+        "KafkaLateTransactions": {"for": "10m", "holdFor": "30m", "threshold": 4,
+                                  "severity": "warning"},
+        "KafkaHangingTransaction": {"for": "3m", "severity": "critical"},
+        "KafkaTxnExporterAbsent": {"window": "5m", "for": "2m"},
+        "KafkaTxnExporterPollsStale": {"threshold": 5, "severity": "info"},
+        "KafkaTxnExporterUnobservedPartitions": {"enabled": False},
+    },
+}
+
+
+def test_every_rule_setting_reaches_the_rendered_rules(chart: helm.Chart, tmp_path: Path) -> None:
+    docs = objects(render(chart, {"prometheusRule": TUNED_RULES}))
+    validate_all(docs)
+    rules = _rules(docs)
+    assert "KafkaTxnExporterUnobservedPartitions" not in rules
+    late = rules["KafkaLateTransactions"]
+    assert late["for"] == "10m"
+    assert late["labels"] == {"severity": "warning", "team": "streaming"}
+    assert "> 4 or" in late["expr"] and "[30m]" in late["expr"]
+    assert "without (instance, pod, replica)" in late["expr"]
+    assert "up to 30m" in late["annotations"]["description"]
+    assert rules["KafkaHangingTransaction"]["for"] == "3m"
+    assert rules["KafkaTxnExporterAbsent"]["for"] == "2m"
+    assert "[5m])" in rules["KafkaTxnExporterAbsent"]["expr"]
+    stale = rules["KafkaTxnExporterPollsStale"]
+    assert stale["labels"]["severity"] == "info"
+    assert "> 5 * max without" in stale["expr"]
+    for name, rule in rules.items():
+        assert rule["annotations"]["runbook_url"] == (
+            f"https://wiki.example.com/kafka/runbook#{name.lower()}"
+        )
+        assert rule["labels"]["team"] == "streaming"
+    # What Prometheus itself says about the rendered rules.
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(
+        yaml.safe_dump({"groups": one(docs, "PrometheusRule")["spec"]["groups"]}),
+        encoding="utf-8",
+    )
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: run scripts/install-test-deps"
+    checked = subprocess.run([promtool, "check", "rules", str(rules_file)],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in checked.stdout
+
+
+def test_a_rule_setting_that_is_not_a_duration_fails_the_schema(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema({"prometheusRule": {"rules": {
+            "KafkaHangingTransaction": {"for": "one minute"}}}})
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema({"prometheusRule": {"rules": {
+            "KafkaHangingTransaction": {"threshold": 1}}}})
 
 
 def test_dashboard_configmaps_hold_the_json_byte_for_byte_with_the_sidecar_label(
