@@ -4,8 +4,8 @@ The only code in the exporter that writes to Kafka. It is a separate, explicit c
 own credentials (the `admin` section of the config): the daemon (`serve`) never imports this
 module and its principal needs no write rights at all.
 
-What it does, following `kafka-transactions.sh abort` (reference: "Abort" in
-/work/shared/reference/kafka-transactions.md) with the exporter's own safety checks in front:
+What it does, following `kafka-transactions.sh abort` (docs/kafka-semantics.md#abort) with the
+exporter's own safety checks in front:
 
 1. Detect again, through the same code the daemon uses: one `ClusterPoller.poll()` and
    `analyze()` classify the transaction that starts at `--start-offset` (late? hanging?).

@@ -1,7 +1,7 @@
 """Pure analysis: one `ClusterObservation` in, one `ClusterSnapshot` out.
 
 No I/O and no engine assumptions, so the batch (Spark) path can reuse every function here.
-Semantics follow /work/shared/reference/kafka-transactions.md:
+Semantics follow docs/kafka-semantics.md (#late-transactions, #find-hanging):
 
 - "late" is the broker's `PartitionsWithLateTransactionsCount` rule (now - T >
   transaction.max.timeout.ms + buffer), but with T = the transaction's *start* (batch timestamp

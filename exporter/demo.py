@@ -5,7 +5,8 @@ capture's broker), a `Workload` of committed, aborted and long-running transacti
 `HANGING_AFTER_SECONDS` one hanging transaction made like the capture's hang-1 (a transactional
 Produce to a partition never added with AddPartitionsToTxn, so the coordinator never tracks it).
 With `late_buffer_seconds` = 15 the hanging transaction is late once it is older than
-60 s + 15 s (reference: the broker's late rule, now - T > transaction.max.timeout.ms + buffer),
+60 s + 15 s (the broker's late rule, now - T > transaction.max.timeout.ms + buffer;
+docs/kafka-semantics.md#late-transactions),
 so `kafka_partitions_with_late_transactions` turns 1 about 95 s after start.
 """
 

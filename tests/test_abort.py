@@ -1,6 +1,6 @@
 """`kafka-txn-exporter abort` (exporter/abort.py) against the simulated cluster.
 
-Semantics: "Abort" in /work/shared/reference/kafka-transactions.md. The simulator runs with
+Semantics: docs/kafka-semantics.md#abort. The simulator runs with
 transaction.max.timeout.ms=60000 and partition verification off (needed for a hanging
 transaction, like the real-broker capture's hang-1); tests move the simulator clock instead of
 waiting, and the command's poll uses that clock.

@@ -1,7 +1,6 @@
 """Unit tests for the pure analysis (exporter/analyze.py).
 
-Rules: /work/shared/reference/kafka-transactions.md ("The broker's own late-transaction metric",
-"The reference find hanging algorithm", step 5).
+Rules: docs/kafka-semantics.md#late-transactions and #find-hanging (step 5).
 """
 
 from __future__ import annotations

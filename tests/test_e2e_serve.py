@@ -1,7 +1,7 @@
 """End to end: the real CLI (`serve`, `scan`, `demo`) as a subprocess against a SimCluster.
 
 The hanging transaction is made like the real-broker capture's hang-1 (a transactional Produce
-to a partition never added with AddPartitionsToTxn; /work/shared/reference/real-kafka-4.0), so
+to a partition never added with AddPartitionsToTxn; docs/kafka-semantics.md#how-hanging-arises), so
 the coordinator lists the id as Empty with no partitions: find-hanging step 5 says hanging.
 Its record CreateTime is backdated past transaction.max.timeout.ms (60 s, the simulator's
 4.0 default as in the capture) + the late buffer, so it is late on the first poll.

@@ -2,7 +2,7 @@
 
 Each function here does one Kafka API against one broker and returns plain data with per-item
 error codes kept (never raised), because one bad partition or id must not discard a whole
-answer (see "kafka-python 3.0.12 admin: what not to rely on" in the reference).
+answer (docs/kafka-semantics.md#kafka-python-admin).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ coordinator view -> LSO lag, gathered into a `ClusterObservation`.
 
 `ClusterPoller.poll()` is synchronous so a scheduler thread can call it; inside it runs an
 asyncio loop the poller owns (connections live on that loop and are reused between polls).
-Semantics follow /work/shared/reference/kafka-transactions.md; errors are kept per partition /
+Semantics: docs/kafka-semantics.md; errors are kept per partition /
 per id and never crash the poll.
 """
 

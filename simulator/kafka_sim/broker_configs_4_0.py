@@ -1,6 +1,6 @@
 """Broker configuration entries as a real Kafka 4.0.0 broker reports them (DescribeConfigs).
 
-Generated from /work/shared/reference/real-kafka-4.0/06-describeconfigs-v4-broker-all.json: the
+Generated from tests/data/real-kafka-4.0/06-describeconfigs-v4-broker-all.json: the
 289 entries, in the broker's order, as (name, value, read_only, config_source, is_sensitive,
 config_type). config_source 4 = STATIC_BROKER_CONFIG (set in that broker's server.properties),
 5 = DEFAULT_CONFIG. Sensitive values are None, as the broker sends them.

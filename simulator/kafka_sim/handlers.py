@@ -1,7 +1,7 @@
 """One function per Kafka API: a decoded kafka-python request in, a response message out.
 
 Each handler answers as the broker `ctx.broker_id`. Field values follow the real Kafka 4.0
-captures in /work/shared/reference/real-kafka-4.0 (file numbers cited inline).
+captures in tests/data/real-kafka-4.0 (file numbers cited inline; docs/kafka-semantics.md).
 """
 
 from __future__ import annotations

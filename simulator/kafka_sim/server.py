@@ -1,7 +1,7 @@
 """The simulator's network layer: Kafka's wire protocol over TCP, one listener per broker.
 
 Behaviour copied from a real broker (Apache Kafka 4.0, captures in
-/work/shared/reference/real-kafka-4.0):
+tests/data/real-kafka-4.0; docs/kafka-semantics.md#wire-behaviour):
 - 4-byte size framing; requests on one connection are handled one at a time and answered in
   order (Kafka mutes a channel until its response is sent), so pipelined requests just queue.
 - Request header v1 (non-flexible) / v2 (flexible); response header v0 / v1, but ApiVersions

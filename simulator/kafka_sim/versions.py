@@ -1,7 +1,7 @@
 """Version profiles: which API versions and features a simulated broker advertises.
 
 The "4.0" profile is a verbatim copy of what a real Apache Kafka 4.0.0 broker answered
-(/work/shared/reference/real-kafka-4.0/01-apiversions-v3.json `api_keys`, 03 `supported_features`,
+(tests/data/real-kafka-4.0/01-apiversions-v3.json `api_keys`, 03 `supported_features`,
 01/03 `finalized_features`).
 
 The release profiles "2.7", "2.8", "3.0", "3.8" and "4.1" take their `api_keys` from kafka-python
@@ -21,8 +21,9 @@ Features (KIP-584) are only filled in where known: the ZooKeeper-mode 2.x/3.x br
 modelled with none (finalized epoch -1, the schema default); 4.1 reuses the 4.0 capture's
 feature levels, which are not verified for 4.1 (only `transaction.version` affects the
 simulator, and 2 is the default finalized level of new 4.x clusters).
-The remaining profiles are derived from 4.0 by changing only rows the reference documents,
-so the exporter's fallbacks can be exercised; they are labelled synthetic.
+The remaining profiles are derived from 4.0 by changing only rows
+docs/kafka-semantics.md#versions-by-release documents, so the exporter's fallbacks can be
+exercised; they are labelled synthetic.
 """
 
 from __future__ import annotations
@@ -237,8 +238,8 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
         "3.8": _release("3.8", _KAFKA_3_8_API_VERSIONS),
         "4.0": KAFKA_4_0,
         "4.1": _release("4.1", _KAFKA_4_1_API_VERSIONS, features_of_4_0=True),
-        # Synthetic: 4.0 plus the trunk ranges the reference lists for ListTransactions (0-2,
-        # v2 adds TransactionalIdPattern) and WriteTxnMarkers (1-2).
+        # Synthetic: 4.0 plus the trunk ranges docs/kafka-semantics.md lists for
+        # ListTransactions (0-2, v2 adds TransactionalIdPattern) and WriteTxnMarkers (1-2).
         "trunk-transactions": _derive("trunk-transactions", {66: (0, 2), 27: (1, 2)}),
         # Synthetic: a broker without the transaction admin APIs (DescribeProducers,
         # DescribeTransactions, ListTransactions), to exercise the exporter's UNKNOWN path.

@@ -1,6 +1,6 @@
 """ClusterPoller over TCP against a table-driven fake of the brokers' logic (collect_fakes.py).
 
-Each test pins one behaviour from the reference (/work/shared/reference/kafka-transactions.md):
+Each test pins one behaviour from docs/kafka-semantics.md:
 per-partition errors, re-routing on NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR, start times from
 the batch at CurrentTxnStartOffset, LSO lag, down brokers never reported as zero.
 """

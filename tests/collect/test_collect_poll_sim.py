@@ -1,7 +1,7 @@
 """ClusterPoller against the simulated cluster (kafka_sim) over TCP, with transactions made
 through the wire protocol by simulator/kafka_sim/workload.py.
 
-Semantics: /work/shared/reference/kafka-transactions.md. The simulator's brokers run with
+Semantics: docs/kafka-semantics.md. The simulator's brokers run with
 transaction.max.timeout.ms=60000 and partition verification off (like the real-broker capture),
 so a transaction is late after 60 s + late_buffer; tests move the simulator clock instead of
 waiting.

@@ -2,9 +2,9 @@
 
 Each simulated broker advertises and honours only its release's API versions
 (simulator/kafka_sim/versions.py): DescribeProducers from 2.8, ListTransactions/DescribeTransactions
-from 3.0, ListTransactions v1 from 3.8 and v2 from 4.1 (reference: kafka-transactions.md,
-"Wire APIs"). The exporter negotiates per broker (ApiVersions) and must never turn a missing
-API into "no late transactions".
+from 3.0, ListTransactions v1 from 3.8 and v2 from 4.1
+(docs/kafka-semantics.md#versions-by-release). The exporter negotiates per broker (ApiVersions)
+and must never turn a missing API into "no late transactions".
 
 Transactions are made with kafka_sim/workload.py, which negotiates with ApiVersions on every
 connection like a real client: a broker older than its preferred versions (Metadata v12,

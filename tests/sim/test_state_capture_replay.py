@@ -4,7 +4,7 @@ The client side of the timeline (InitProducerId, AddPartitionsToTxn, Produce, En
 with kafka-python request objects at the captured times (a ManualClock), producing the very
 record batches the capture's Fetch responses show; every captured admin request is then decoded
 from its `request_hex`, answered, re-encoded and compared field by field with the broker's
-captured answer (/work/shared/reference/real-kafka-4.0, file numbers in the test names).
+captured answer (tests/data/real-kafka-4.0, file numbers in the test names).
 """
 
 from __future__ import annotations
@@ -37,9 +37,7 @@ from kafka_sim.clock import ManualClock
 from kafka_sim.log import split_batches
 from kafka_sim.state import ClusterState
 
-CAPTURES = Path("/work/shared/reference/real-kafka-4.0")
-if not CAPTURES.is_dir():  # a copy kept with the repository's tests
-    CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
 
 REQUEST_CLASSES: dict[int, Any] = {
     1: FetchRequest, 2: ListOffsetsRequest, 3: MetadataRequest, 10: FindCoordinatorRequest,

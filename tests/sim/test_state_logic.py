@@ -37,9 +37,7 @@ from kafka_sim.seed import (
 from kafka_sim.state import ClusterState
 from kafka_sim.versions import PROFILES
 
-CAPTURES = Path("/work/shared/reference/real-kafka-4.0")
-if not CAPTURES.is_dir():
-    CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
 T0 = 1_800_000_000_000
 
 # Errors
