@@ -186,6 +186,7 @@ def test_page_escapes_html_and_quotes_commands_without_a_browser() -> None:
     assert f'http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}"' in page
 
 
+@pytest.mark.system_tools  # chromium
 def test_chromium_dom_shows_the_script_id_as_text_and_the_exact_abort_command(
     tmp_path: Path,
 ) -> None:
@@ -221,6 +222,7 @@ def test_chromium_dom_shows_the_script_id_as_text_and_the_exact_abort_command(
     assert shlex.split(command)[3] == CONFIG_FILE
 
 
+@pytest.mark.system_tools  # chromium
 def test_screenshot_renders_at_the_requested_size(tmp_path: Path) -> None:
     png = screenshot(_example_page(), tmp_path)
     data = png.read_bytes()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +34,7 @@ def _rules() -> list[dict[str, Any]]:
     return [rule for group in doc["groups"] for rule in group["rules"]]
 
 
+@pytest.mark.system_tools  # promtool
 def test_promtool_check_rules_accepts_the_rules_file() -> None:
     result = subprocess.run(
         [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
@@ -41,6 +43,7 @@ def test_promtool_check_rules_accepts_the_rules_file() -> None:
     assert f"SUCCESS: {len(_rules())} rules found" in result.stdout
 
 
+@pytest.mark.system_tools  # promtool
 def test_promtool_unit_tests_pass_for_every_alert() -> None:
     result = subprocess.run(
         [_promtool(), "test", "rules", RULES_TEST.name],

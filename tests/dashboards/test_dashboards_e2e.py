@@ -10,7 +10,7 @@ hang-1 (`workload.hanging_transaction`: a transactional Produce to a partition n
 AddPartitionsToTxn, so the coordinator keeps the id Empty). With
 transaction.max.timeout.ms = 2000 and late_buffer_seconds = 1, it is late 3 s after its
 record's CreateTime (the broker's late rule: now - T > transaction.max.timeout.ms + buffer,
-reference/kafka-transactions.md).
+docs/kafka-semantics.md#late-transactions).
 
 The rules are the generated ones with `for:` shortened to 1 s (`--set
 KafkaLateTransactions.for=1s --set KafkaHangingTransaction.for=1s`): the measured page latency is the pipeline's own (poll + scrape + evaluation + delivery);
@@ -46,7 +46,7 @@ from exporter.cli import serve
 from exporter.expose.http import MetricsServer
 from exporter.settings import ClusterSettings, ExporterSettings, WebSettings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system_tools]  # prometheus, alertmanager
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = [

@@ -26,6 +26,8 @@ from exporter.settings import ClusterSettings
 from exporter.spark import history_job, report
 from exporter.spark.cli import run_spark
 
+pytestmark = pytest.mark.system_tools  # Java (Spark)
+
 
 def write_plans(directory: Path, plans: tuple[histgen.ClusterPlan, ...]) -> None:
     writer = HistoryWriter(directory, retention_days=3650, buffer_polls=3)

@@ -31,6 +31,8 @@ from exporter.analyze import analyze
 from exporter.spark.cli import run_spark
 from exporter.spark.scan_job import analyze_on_spark
 
+pytestmark = pytest.mark.system_tools  # Java (Spark) and prometheus-pushgateway
+
 BROKER_CONFIG = {
     "transaction.partition.verification.enable": "false",
     "transaction.max.timeout.ms": "60000",
