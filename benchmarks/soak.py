@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO_ROOT, emit, machine_info
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import Workload, hanging_transaction
+from kafka_sim.producer import hanging_transaction
+from kafka_sim.workload import Workload
 
 TOPIC = "soak"
 HANG_TOPIC = "soak-hang"

@@ -76,7 +76,8 @@ def run_demo(
 ) -> int:
     """Start the simulator, the workload and the exporter; clean everything up on exit."""
     from kafka_sim.cluster import SimCluster
-    from kafka_sim.workload import Workload, hanging_transaction
+    from kafka_sim.producer import hanging_transaction
+    from kafka_sim.workload import Workload
 
     from exporter.cli import serve
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import hanging_transaction, open_transaction
+from kafka_sim.producer import hanging_transaction, open_transaction
 from simhelpers import CAPTURE_BROKER_CONFIG, MINUTE_MS, SimEnv, cluster_settings, poll_once
 
 from exporter.abort import (

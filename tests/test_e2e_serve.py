@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import committed_transaction, hanging_transaction, open_transaction
+from kafka_sim.producer import committed_transaction, hanging_transaction, open_transaction
 from prometheus_client.parser import text_string_to_metric_families
 from simhelpers import CAPTURE_BROKER_CONFIG
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from exporter_factories import NOW_MS, broker, late, open_txn, snapshot
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import hanging_transaction
+from kafka_sim.producer import hanging_transaction
 
 from exporter.abort import EXIT_ABORTED, run_abort
 from exporter.analyze import analyze

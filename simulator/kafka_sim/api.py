@@ -2,7 +2,8 @@
 
 The network layer (`server.py`) owns sockets, framing, headers, TLS, SASL, ApiVersions and
 injected network faults. Everything a request means is decided by a `Dispatcher`
-(`state.ClusterState`), which runs on the simulator's single event-loop thread.
+(`router.BrokerRouter` over a `state.ClusterState`), which runs on the simulator's single
+event-loop thread.
 """
 
 from __future__ import annotations

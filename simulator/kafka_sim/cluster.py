@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from kafka_sim.api import Dispatcher
 from kafka_sim.faults import FaultKind, NetworkFaults
+from kafka_sim.router import BrokerRouter
 from kafka_sim.sasl import SUPPORTED_MECHANISMS, SaslUsers
 from kafka_sim.server import BrokerListener, ClientAuth, ListenerSecurity, server_ssl_context
 from kafka_sim.state import ClusterState
@@ -90,6 +91,7 @@ class SimCluster:
         self._faults = NetworkFaults()
         self._listeners: dict[int, BrokerListener] = {}
         self._state: Any = None
+        self._dispatcher: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tick_task: asyncio.Task[None] | None = None
@@ -123,13 +125,15 @@ class SimCluster:
     async def _start_async(self) -> None:
         # The state is created on the loop thread: it is confined to it from then on.
         self._state = self._custom_dispatcher or self._build_state()
+        dispatcher = self._custom_dispatcher or BrokerRouter(self._state)
+        self._dispatcher = dispatcher
         security = self._security()
         for node_id, port in zip(self._node_ids, self._ports, strict=True):
             listener = BrokerListener(
                 broker_id=node_id,
                 host=self._host,
                 port=port,
-                dispatcher=self._state,
+                dispatcher=dispatcher,
                 profile=PROFILES[self._profiles[node_id]]
                 if node_id in self._profiles
                 else self._profile,
@@ -264,6 +268,12 @@ class SimCluster:
     def state(self) -> Any:
         """The ClusterState (read it in tests; mutate it only through `call`)."""
         return self._state
+
+    @property
+    def router(self) -> Any:
+        """The dispatcher every listener hands its requests to (a `BrokerRouter` over `state`,
+        unless a custom dispatcher was given); tests may wrap its `handle` through `call`."""
+        return self._dispatcher
 
     @property
     def clock(self) -> Any:

@@ -22,6 +22,13 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
+from kafka_sim.errors import (
+    INVALID_PRODUCER_EPOCH,
+    INVALID_TXN_STATE,
+    NONE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    TRANSACTION_COORDINATOR_FENCED,
+)
 from kafka_sim.jvm_order import java_hash_map_order
 
 NO_PRODUCER_ID = -1
@@ -45,16 +52,6 @@ ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
-# Kafka error codes used by the log (org.apache.kafka.common.protocol.Errors).
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-INVALID_TIMESTAMP = 32
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-TRANSACTION_COORDINATOR_FENCED = 52
-INVALID_RECORD = 87
 
 
 @dataclass(frozen=True, slots=True)

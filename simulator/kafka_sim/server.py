@@ -43,6 +43,14 @@ from kafka.protocol.sasl import (
 )
 
 from kafka_sim.api import Dispatcher, RequestContext
+from kafka_sim.errors import (
+    ILLEGAL_SASL_STATE,
+    INVALID_REQUEST,
+    NONE,
+    SASL_AUTHENTICATION_FAILED,
+    UNSUPPORTED_SASL_MECHANISM,
+    UNSUPPORTED_VERSION,
+)
 from kafka_sim.faults import NetworkFaults
 from kafka_sim.sasl import SaslAuthenticationFailed, SaslServer, SaslUsers
 from kafka_sim.versions import VersionProfile
@@ -53,12 +61,6 @@ API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 
-NONE = 0
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-SASL_AUTHENTICATION_FAILED = 58
 
 MAX_REQUEST_BYTES = 104_857_600
 """Kafka's socket.request.max.bytes default; a larger size prefix closes the connection."""

@@ -1,7 +1,7 @@
 """The simulated cluster's brains: topics, partitions, leadership, configs, logs, coordinators.
 
-`ClusterState` implements `kafka_sim.api.Dispatcher`. It holds every broker's view at once
-(the simulator keeps replicas identical) and answers each request as the broker it reached.
+`ClusterState` holds every broker's view at once (the simulator keeps replicas identical);
+`kafka_sim.router.BrokerRouter` answers each request as the broker it reached, from this state.
 All state is confined to the simulator's event-loop thread: no locking.
 """
 
@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kafka_sim.api import RequestContext
 from kafka_sim.broker_configs_4_0 import CAPTURED_BROKER_CONFIGS
 from kafka_sim.clock import Clock
 from kafka_sim.coordinator import (
@@ -99,7 +98,7 @@ class InjectedError:
 
 
 class ClusterState:
-    """Every broker's state; `handle` answers a decoded request as `ctx.broker_id`."""
+    """Every broker's state (the router hands it to the handler of each request)."""
 
     def __init__(
         self,
@@ -151,21 +150,9 @@ class ClusterState:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self._next_producer_expiration_ms = start + PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
 
-    # -- Dispatcher ------------------------------------------------------------------------
-    def supported_versions(self, broker_id: int) -> Mapping[int, tuple[int, int]]:
-        return self.profile_for(broker_id).api_versions
-
     def profile_for(self, broker_id: int) -> VersionProfile:
         """The release broker `broker_id` runs (its own during a rolling upgrade)."""
         return self.broker_profiles.get(broker_id, self.profile)
-
-    def handle(self, ctx: RequestContext, request: Any) -> Any | None:
-        from kafka_sim.handlers import HANDLERS
-
-        handler = HANDLERS.get(ctx.api_key)
-        if handler is None:
-            raise NotImplementedError(f"API {ctx.api_key} is not simulated")
-        return handler(self, ctx, request)
 
     # -- time ------------------------------------------------------------------------------
     def now_ms(self) -> int:

@@ -23,8 +23,8 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka_sim.api import RequestContext
+from kafka_sim.producer import build_record_batch
 from kafka_sim.versions import PROFILES
-from kafka_sim.workload import build_record_batch
 
 Key = tuple[str, int]
 

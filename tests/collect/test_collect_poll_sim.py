@@ -1,5 +1,5 @@
 """ClusterPoller against the simulated cluster (kafka_sim) over TCP, with transactions made
-through the wire protocol by simulator/kafka_sim/workload.py.
+through the wire protocol by simulator/kafka_sim/producer.py.
 
 Semantics: docs/kafka-semantics.md. The simulator's brokers run with
 transaction.max.timeout.ms=60000 and partition verification off (like the real-broker capture),
@@ -14,11 +14,7 @@ from typing import Any
 
 import pytest
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import (
-    committed_transaction,
-    hanging_transaction,
-    open_transaction,
-)
+from kafka_sim.producer import committed_transaction, hanging_transaction, open_transaction
 from simhelpers import (
     CAPTURE_BROKER_CONFIG,
     MINUTE_MS,
@@ -175,7 +171,8 @@ def test_leadership_moved_between_metadata_and_describe_producers(env: PollEnv) 
     )
     env.poll()  # connections and metadata warm
     state: Any = env.sim.state
-    original = state.handle
+    router: Any = env.sim.router
+    original = router.handle
     moved: list[bool] = []
 
     def handle(ctx: Any, request: Any) -> Any:
@@ -193,11 +190,11 @@ def test_leadership_moved_between_metadata_and_describe_producers(env: PollEnv) 
             )
         return original(ctx, request)
 
-    env.sim.call(setattr, state, "handle", handle)
+    env.sim.call(setattr, router, "handle", handle)
     try:
         obs, _ = env.poll()
     finally:
-        env.sim.call(delattr, state, "handle")
+        env.sim.call(delattr, router, "handle")
     assert moved
     assert TopicPartition("t", 0) not in obs.unobserved
     (txn,) = obs.open_transactions

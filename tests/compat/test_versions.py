@@ -6,7 +6,7 @@ from 3.0, ListTransactions v1 from 3.8 and v2 from 4.1
 (docs/kafka-semantics.md#versions-by-release). The exporter negotiates per broker (ApiVersions)
 and must never turn a missing API into "no late transactions".
 
-Transactions are made with kafka_sim/workload.py, which negotiates with ApiVersions on every
+Transactions are made with kafka_sim/producer.py, which negotiates with ApiVersions on every
 connection like a real client: a broker older than its preferred versions (Metadata v12,
 hanging Produce v11) gets its own highest, never a version it would close the connection on
 (capture 40).
@@ -26,15 +26,10 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest
+from kafka_sim.client import ConnectionClosedError, KafkaProtocolError, RawKafkaClient
 from kafka_sim.cluster import SimCluster
+from kafka_sim.producer import hanging_transaction, open_transaction
 from kafka_sim.versions import PROFILES
-from kafka_sim.workload import (
-    ConnectionClosedError,
-    KafkaProtocolError,
-    RawKafkaClient,
-    hanging_transaction,
-    open_transaction,
-)
 from simhelpers import (
     CAPTURE_BROKER_CONFIG,
     MINUTE_MS,
@@ -92,14 +87,14 @@ def make_env() -> Callable[..., Any]:
             profiles=profiles,
         ) as sim:
             seen: list[tuple[int, int, int]] = []
-            state = sim.state
-            handle = state.handle
+            router = sim.router
+            handle = router.handle
 
             def recording(ctx: Any, request: Any) -> Any:
                 seen.append((ctx.broker_id, ctx.api_key, ctx.api_version))
                 return handle(ctx, request)
 
-            sim.call(setattr, state, "handle", recording)
+            sim.call(setattr, router, "handle", recording)
             settings = cluster_settings(
                 sim,
                 "compat",

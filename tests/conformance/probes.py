@@ -14,7 +14,7 @@ from kafka.protocol.admin.transactions import (
 )
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
-from kafka_sim.workload import RawKafkaClient
+from kafka_sim.client import RawKafkaClient
 from simhelpers import latest_offsets_request
 
 from .harness import decode_record_batches

@@ -22,16 +22,14 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka_sim.workload import (
-    ConnectionClosedError,
+from kafka_sim.client import ConnectionClosedError, RawKafkaClient, response_class
+from kafka_sim.producer import (
     OpenTransaction,
-    RawKafkaClient,
     TransactionResult,
     committed_transaction,
     hanging_transaction,
     idempotent_producer_write,
     open_transaction,
-    response_class,
 )
 from simhelpers import CAPTURE_BROKER_CONFIG
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka_sim.workload import response_class
+from kafka_sim.client import response_class
 
 from .harness import (
     Capture,

@@ -7,11 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka_sim.workload import (
-    committed_transaction,
-    hanging_transaction,
-    open_transaction,
-)
+from kafka_sim.producer import committed_transaction, hanging_transaction, open_transaction
 
 from .probes import (
     READ_COMMITTED,

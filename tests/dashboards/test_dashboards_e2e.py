@@ -38,8 +38,9 @@ import pytest
 from kafka.protocol.admin.transactions import DescribeProducersRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+from kafka_sim.client import RawKafkaClient, parse_bootstrap
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import RawKafkaClient, hanging_transaction, parse_bootstrap
+from kafka_sim.producer import hanging_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
 
 from exporter.cli import serve

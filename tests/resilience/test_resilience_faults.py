@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import hanging_transaction
+from kafka_sim.producer import hanging_transaction
 
 from exporter.scheduler import ClusterJob, make_cluster_job
 from exporter.settings import ClusterSettings

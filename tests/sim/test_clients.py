@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
-from kafka_sim.workload import RawKafkaClient
+from kafka_sim.client import RawKafkaClient
 from simhelpers import CAPTURE_BROKER_CONFIG, latest_offsets_request
 
 TOPIC = "clients"

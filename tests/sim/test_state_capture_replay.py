@@ -1,4 +1,4 @@
-"""Replays the real Kafka 4.0 capture timeline against ClusterState.handle() (no sockets).
+"""Replays the real Kafka 4.0 capture timeline against BrokerRouter.handle() (no sockets).
 
 The client side of the timeline (InitProducerId, AddPartitionsToTxn, Produce, EndTxn) is driven
 with kafka-python request objects at the captured times (a ManualClock), producing the very
@@ -35,6 +35,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_sim.api import RequestContext
 from kafka_sim.clock import ManualClock
 from kafka_sim.log import split_batches
+from kafka_sim.router import BrokerRouter
 from kafka_sim.state import ClusterState
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data" / "real-kafka-4.0"
@@ -92,7 +93,7 @@ class Replay:
     def call(self, api_key: int, version: int, request: Any) -> Any:
         self.correlation += 1
         ctx = RequestContext(1, api_key, version, self.correlation, "test", "User:ANONYMOUS")
-        return self.state.handle(ctx, request)
+        return BrokerRouter(self.state).handle(ctx, request)
 
     def exchange(self, name: str) -> None:
         """Answer a captured request at its capture time; keep (ours, theirs) decoded."""

@@ -1,4 +1,4 @@
-"""Unit tests of the simulated brokers' logic, calling ClusterState.handle() directly."""
+"""Unit tests of the simulated brokers' logic, calling BrokerRouter.handle() directly."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_sim.api import RequestContext
 from kafka_sim.clock import Clock, ManualClock
 from kafka_sim.coordinator import partition_for
+from kafka_sim.router import BrokerRouter
 from kafka_sim.seed import (
     seed_cluster,
     seed_hanging_transaction,
@@ -55,12 +56,13 @@ class Sim:
         self.clock = ManualClock(T0)
         self.state = ClusterState(list(range(1, brokers + 1)), self.clock,
                                   broker_config=config or None)
+        self.router = BrokerRouter(self.state)
         self.seq: dict[tuple[int, str, int], int] = {}
 
     def call(self, broker: int, api_key: int, version: int, request: Any,
              principal: str = "User:ANONYMOUS") -> Any:
-        return self.state.handle(RequestContext(broker, api_key, version, 1, "t", principal),
-                                 request)
+        return self.router.handle(RequestContext(broker, api_key, version, 1, "t", principal),
+                                  request)
 
     def leader(self, topic: str, partition: int) -> int:
         p = self.state.partition(topic, partition)

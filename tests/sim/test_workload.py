@@ -9,16 +9,10 @@ from typing import Any
 import pytest
 from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+from kafka_sim.client import KafkaProtocolError, RawKafkaClient, VersionRange, parse_bootstrap
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import (
-    HANGING_PRODUCE_VERSIONS,
-    PRODUCE_VERSIONS,
-    KafkaProtocolError,
-    RawKafkaClient,
-    VersionRange,
-    Workload,
-    parse_bootstrap,
-)
+from kafka_sim.producer import HANGING_PRODUCE_VERSIONS, PRODUCE_VERSIONS
+from kafka_sim.workload import Workload
 from simhelpers import CAPTURE_BROKER_CONFIG
 
 PRODUCE, ADD_PARTITIONS_TO_TXN, API_VERSIONS = 0, 24, 18

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_sim.cluster import SimCluster
-from kafka_sim.workload import hanging_transaction
+from kafka_sim.producer import hanging_transaction
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
