@@ -13,8 +13,12 @@ record's CreateTime (the broker's late rule: now - T > transaction.max.timeout.m
 docs/kafka-semantics.md#late-transactions).
 
 The rules are the generated ones with `for:` shortened to 1 s (`--set
-KafkaLateTransactions.for=1s --set KafkaHangingTransaction.for=1s`): the measured page latency is the pipeline's own (poll + scrape + evaluation + delivery);
-in production add the configured `for:` (5m late, 1m hanging).
+KafkaLateTransactions.for=1s --set KafkaHangingTransaction.for=1s`): the measured page latency
+is the pipeline's own (poll + scrape + evaluation + delivery); in production add the configured
+`for:` (5m late, 1m hanging).
+
+A second test runs the exporter as its own process and stops it with SIGTERM while a hanging
+transaction pages: the absence must page, and the hanging page must not resolve.
 
 There is no `kafka-txn-exporter abort` command yet, so the abort step does what
 `kafka-transactions.sh abort` does: DescribeProducers on the leader, pick the producer whose
@@ -25,6 +29,7 @@ coordinator epoch (0 when absent).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -136,10 +141,14 @@ def _wait(what: str, check: Any, timeout_seconds: float = WAIT_SECONDS) -> Any:
 
 
 def _alert_notification(
-    webhook: WebhookReceiver, alertname: str, status: str, timeout_seconds: float = WAIT_SECONDS
+    webhook: WebhookReceiver,
+    alertname: str,
+    status: str,
+    timeout_seconds: float = WAIT_SECONDS,
+    since: float = 0.0,
 ) -> Notification:
     def match(n: Notification) -> bool:
-        return n.status == status and any(
+        return n.received_at >= since and n.status == status and any(
             a["labels"].get("alertname") == alertname and a["status"] == status for a in n.alerts
         )
 
@@ -400,3 +409,158 @@ def test_hanging_transaction_pages_with_its_labels_and_resolves_after_abort(
     _alert_notification(stack.webhook, "KafkaLateTransactions", "resolved")
     resolve_latency = resolved.received_at - aborted_at
     print(f"RESOLVE LATENCY (abort -> resolved notification): {resolve_latency:.1f} s")
+
+
+# --------------------------------------------------------------------------------------------
+# The exporter itself dies mid-incident
+# --------------------------------------------------------------------------------------------
+
+HOLD_SECONDS = 120
+"""holdFor of the late/hanging rules in this test: far longer than the absence needs to page."""
+
+
+def _start_exporter_process(bootstrap: str, work: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """`kafka-txn-exporter serve` as its own process (so it can get a real SIGTERM)."""
+    config = {
+        "clusters": [
+            {
+                "name": CLUSTER,
+                "bootstrap_servers": bootstrap.split(","),
+                "poll_interval_seconds": POLL_INTERVAL_SECONDS,
+                "request_timeout_seconds": 2,
+                "late_buffer_seconds": LATE_BUFFER_SECONDS,
+                "min_reported_duration_seconds": 0,
+            }
+        ],
+        "web": {"listen_address": "127.0.0.1", "port": 0},
+        "log": {"format": "json", "level": "info"},
+    }
+    config_path = work / "exporter.yaml"
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    log_path = work / "exporter.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--config", str(config_path)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=work,
+        )  # fmt: skip
+
+    def port() -> int | None:
+        for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if '"exporter_started"' in line:
+                listen = json.loads(line)["listen"]
+                return int(listen.rsplit(":", 1)[1].split("/", 1)[0])
+        assert proc.poll() is None, log_path.read_text(encoding="utf-8", errors="replace")
+        return None
+
+    return proc, _wait("the exporter process to start", port, 30)
+
+
+def test_sigterm_while_a_hanging_transaction_pages_pages_absence_and_never_resolves_first(
+    tmp_path: Path,
+) -> None:
+    """Issue 16: stopping the exporter must not look like "all clear".
+
+    A hanging transaction pages; the exporter process gets SIGTERM. The webhook must receive
+    KafkaTxnExporterAbsent, and no "resolved" for KafkaHangingTransaction before it (nor for a
+    few seconds after it: the page holds for HOLD_SECONDS on the last values seen).
+    """
+    generated = tmp_path / "generated"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "dashboards.generate", "--out-dir", str(generated),
+            "--set", "KafkaHangingTransaction.for=1s",
+            "--set", f"KafkaHangingTransaction.holdFor={HOLD_SECONDS}s",
+            "--set", "KafkaLateTransactions.for=1s",
+            "--set", f"KafkaLateTransactions.holdFor={HOLD_SECONDS}s",
+            "--set", "KafkaTxnExporterAbsent.window=3s",
+            "--set", "KafkaTxnExporterAbsent.for=1s",
+            "--set", "KafkaTxnExporterTargetDown.for=1s",
+        ],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    sim = SimCluster(
+        brokers=3,
+        topics={TOPIC: 3},
+        broker_config={
+            "transaction.max.timeout.ms": str(TRANSACTION_MAX_TIMEOUT_MS),
+            "transaction.partition.verification.enable": "false",
+        },
+    ).start()
+    proc: subprocess.Popen[bytes] | None = None
+    webhook = alertmanager = prometheus = None
+    try:
+        proc, port = _start_exporter_process(sim.bootstrap_servers, tmp_path)
+        webhook = WebhookReceiver()
+        alertmanager = Alertmanager(tmp_path / "alertmanager", webhook.url)
+        prometheus = Prometheus(
+            tmp_path / "prometheus",
+            targets=[f"127.0.0.1:{port}"],
+            rule_files=[generated / "alerts" / "rules.yaml"],
+            alertmanager=alertmanager.address,
+        )
+        prom = prometheus
+        _wait(
+            "every rule to evaluate without error",
+            lambda: all(health == "ok" for _, health, _ in prom.rule_health()),
+        )
+        # A Prometheus with no samples yet finds the exporter absent: wait until it has them.
+        _wait(
+            "the exporter to be scraped and not absent",
+            lambda: prom.query("kafka_txn_exporter_build_info")
+            and not prom.query('ALERTS{alertname=~"KafkaTxnExporter.*"}'),
+        )
+        hanging_transaction(
+            sim.bootstrap_servers, TRANSACTIONAL_ID, TOPIC, PARTITION,
+            transaction_timeout_ms=TRANSACTION_MAX_TIMEOUT_MS,
+        )  # fmt: skip
+        _alert_notification(webhook, "KafkaHangingTransaction", "firing")
+        # Nothing about the exporter itself while it runs.
+        assert not prom.query('ALERTS{alertname=~"KafkaTxnExporter.*"}')
+
+        stopped_at = time.time()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        absent = _alert_notification(
+            webhook, "KafkaTxnExporterAbsent", "firing", since=stopped_at
+        )
+        (absent_alert,) = absent.alerts
+        assert absent_alert["labels"] == {
+            "alertname": "KafkaTxnExporterAbsent",
+            "severity": "critical",
+            "job": "kafka-txn-exporter",
+        }
+        target_down = _alert_notification(
+            webhook, "KafkaTxnExporterTargetDown", "firing", since=stopped_at
+        )
+        time.sleep(3)  # a resolved notification racing the absence would have arrived by now
+
+        def resolved_hanging() -> list[float]:
+            return [
+                n.received_at - stopped_at
+                for n in webhook.notifications
+                if any(a["labels"]["alertname"] == "KafkaHangingTransaction"
+                       and a["status"] == "resolved" for a in n.alerts)
+            ]  # fmt: skip
+
+        assert resolved_hanging() == [], "the hanging page resolved because the exporter died"
+        # Prometheus still has it firing, on the last value seen.
+        firing = prometheus.query(
+            'ALERTS{alertname="KafkaHangingTransaction",alertstate="firing"}'
+        )
+        assert len(firing) == 1, firing
+        print(
+            f"\nEXPORTER STOPPED (SIGTERM) -> KafkaTxnExporterAbsent notification "
+            f"{absent.received_at - stopped_at:.1f} s, KafkaTxnExporterTargetDown "
+            f"{target_down.received_at - stopped_at:.1f} s; KafkaHangingTransaction resolved "
+            f"notifications: none (hold {HOLD_SECONDS} s)"
+        )
+        assert absent.received_at - stopped_at < 30
+    finally:
+        for thing in (prometheus, alertmanager, webhook):
+            if thing is not None:
+                thing.stop()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        sim.close()
