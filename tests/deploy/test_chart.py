@@ -15,13 +15,19 @@ volume mounts, so a path in the config that no mount provides fails the test.
 
 from __future__ import annotations
 
+import base64
 import copy
+import dataclasses
 import hashlib
 import json
 import re
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
+import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +85,33 @@ _RELABEL: dict[str, Any] = {
         "action": {"type": "string"},
     },
 }
+_SECRET_KEY: dict[str, Any] = {
+    "type": "object",
+    "required": ["key"],
+    "additionalProperties": False,
+    "properties": {"name": {"type": "string"}, "key": {"type": "string"},
+                   "optional": {"type": "boolean"}},
+}
+_SECRET_OR_CONFIGMAP: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"secret": _SECRET_KEY, "configMap": _SECRET_KEY},
+}
+_SAFE_TLS_CONFIG: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "ca": _SECRET_OR_CONFIGMAP,
+        "cert": _SECRET_OR_CONFIGMAP,
+        "keySecret": _SECRET_KEY,
+        "serverName": {"type": "string"},
+        "insecureSkipVerify": {"type": "boolean"},
+        # TLSConfig (ServiceMonitor endpoints) also takes files in the Prometheus pod.
+        "caFile": {"type": "string"},
+        "certFile": {"type": "string"},
+        "keyFile": {"type": "string"},
+    },
+}
 # The subset of monitoring.coreos.com/v1 (prometheus-operator CRDs) that the chart renders;
 # field names and types as in the operator's CRD OpenAPI schema.
 _SERVICE_MONITOR_SPEC: dict[str, Any] = {
@@ -115,6 +148,12 @@ _SERVICE_MONITOR_SPEC: dict[str, Any] = {
                     "interval": {"type": "string", "pattern": _DURATION},
                     "scrapeTimeout": {"type": "string", "pattern": _DURATION},
                     "honorLabels": {"type": "boolean"},
+                    "tlsConfig": _SAFE_TLS_CONFIG,
+                    "basicAuth": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"username": _SECRET_KEY, "password": _SECRET_KEY},
+                    },
                     "relabelings": {"type": "array", "items": _RELABEL},
                     "metricRelabelings": {"type": "array", "items": _RELABEL},
                 },
@@ -315,7 +354,9 @@ def exporter_config_text(docs: list[dict[str, Any]]) -> str:
     return text
 
 
-def materialize_pod(docs: list[dict[str, Any]], root: Path) -> Path:
+def materialize_pod(
+    docs: list[dict[str, Any]], root: Path, secrets: dict[str, dict[str, str]] | None = None
+) -> Path:
     """Lay the exporter container's volume mounts out under `root`; return its config path.
 
     ConfigMap volumes get the ConfigMap's data, projected/secret volumes the FAKE_SECRETS
@@ -337,7 +378,7 @@ def materialize_pod(docs: list[dict[str, Any]], root: Path) -> Path:
             for source in volume["projected"]["sources"]:
                 secret = source["secret"]
                 for item in secret["items"]:
-                    data = FAKE_SECRETS[secret["name"]][item["key"]]
+                    data = (secrets or FAKE_SECRETS)[secret["name"]][item["key"]]
                     (target / item["path"]).write_text(data, encoding="utf-8")
         else:
             assert "emptyDir" in volume, volume
@@ -346,9 +387,11 @@ def materialize_pod(docs: list[dict[str, Any]], root: Path) -> Path:
     return root / args[2].lstrip("/")
 
 
-def load_rendered_config(docs: list[dict[str, Any]], root: Path) -> Any:
+def load_rendered_config(
+    docs: list[dict[str, Any]], root: Path, secrets: dict[str, dict[str, str]] | None = None
+) -> Any:
     """Run the exporter's own loader on the rendered config inside the scratch pod filesystem."""
-    config_path = materialize_pod(docs, root)
+    config_path = materialize_pod(docs, root, secrets)
     data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     # Absolute paths in the config refer to the pod's filesystem, i.e. below `root` here.
     for cluster in data["clusters"]:
@@ -357,6 +400,10 @@ def load_rendered_config(docs: list[dict[str, Any]], root: Path) -> Any:
                 if key.endswith("_file"):
                     assert value.startswith("/"), value
                     cluster[section][key] = str(root / value.lstrip("/"))
+    web_config_file = (data.get("web") or {}).get("web_config_file")
+    if web_config_file:
+        assert web_config_file.startswith("/"), web_config_file
+        data["web"]["web_config_file"] = str(root / web_config_file.lstrip("/"))
     rebased = config_path.with_name("rebased.yaml")
     rebased.write_text(yaml.safe_dump(data), encoding="utf-8")
     return load_settings(str(rebased), env={})
@@ -510,8 +557,10 @@ def test_deployment_is_hardened_and_probed(chart: helm.Chart) -> None:
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz", "port": "http", "scheme": "HTTP"}
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz", "port": "http", "scheme": "HTTP"}
     assert container["ports"] == [{"name": "http", "containerPort": 9981, "protocol": "TCP"}]
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
     tmp_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/tmp")
@@ -877,3 +926,187 @@ def test_schema_reserves_the_same_label_names_as_the_exporter(chart: helm.Chart)
     with pytest.raises(helm.HelmValuesError, match="invalid propertyName 'topic'"):
         chart.validate_schema({"config": {"clusters": [
             {"name": "a", "bootstrap_servers": ["a:9092"], "labels": {"topic": "x"}}]}})
+
+
+# --------------------------------------------------------------------------- /metrics TLS + auth
+
+SERVER_NAME = f"{RELEASE}-kafka-txn-exporter.{NAMESPACE}.svc"
+WEB_VALUES: dict[str, Any] = {
+    "config": {
+        "clusters": [{"name": "dev", "bootstrap_servers": ["127.0.0.1:9"]}],
+        "web": {
+            "web_config_secret": {"name": "kte-web-config", "key": "web-config.yml"},
+            "tls_secret": {"name": "kte-web-tls"},
+        },
+    },
+    "serviceMonitor": {
+        "enabled": True,
+        "tlsConfig": {
+            "ca": {"secret": {"name": "kte-scrape", "key": "ca.crt"}},
+            "serverName": SERVER_NAME,
+        },
+        "basicAuth": {
+            "username": {"name": "kte-scrape", "key": "username"},
+            "password": {"name": "kte-scrape", "key": "password"},
+        },
+    },
+    "extraArgs": ["--log.level", "debug"],
+    "extraVolumes": [{"name": "extra", "configMap": {"name": "kte-extra"}}],
+    "extraVolumeMounts": [{"name": "extra", "mountPath": "/etc/extra", "readOnly": True}],
+}
+
+
+def test_web_config_tls_and_basic_auth_render_from_secrets_only(chart: helm.Chart) -> None:
+    rendered = render(chart, WEB_VALUES)
+    docs = objects(rendered)
+    validate_all(docs)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][3:] == ["--log.level", "debug"]
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    sources = volumes["web-config"]["projected"]["sources"]
+    assert [(x["secret"]["name"], x["secret"]["items"][0]["path"]) for x in sources] == [
+        ("kte-web-config", "web-config.yml"), ("kte-web-tls", "tls.crt"),
+        ("kte-web-tls", "tls.key")]
+    assert volumes["extra"] == {"name": "extra", "configMap": {"name": "kte-extra"}}
+    assert {"name": "extra", "mountPath": "/etc/extra", "readOnly": True} in (
+        container["volumeMounts"])
+    config = yaml.safe_load(exporter_config_text(docs))
+    assert config["web"]["web_config_file"] == (
+        "/var/run/secrets/kafka-txn-exporter/web/web-config.yml")
+    endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == WEB_VALUES["serviceMonitor"]["tlsConfig"]
+    assert endpoint["basicAuth"] == WEB_VALUES["serviceMonitor"]["basicAuth"]
+    assert "BEGIN" not in json.dumps(rendered) and "$2" not in json.dumps(rendered)
+
+
+def test_web_config_file_from_an_extra_volume_and_conflicts(chart: helm.Chart) -> None:
+    values = {"config": {"web": {"web_config_file": "/etc/extra/web.yml"}}}
+    config = yaml.safe_load(exporter_config_text(objects(render(chart, values))))
+    assert config["web"]["web_config_file"] == "/etc/extra/web.yml"
+    both = {"config": {"web": {"web_config_file": "/etc/extra/web.yml",
+                               "web_config_secret": {"name": "x"}}}}
+    with pytest.raises(helm.HelmRenderError, match="not both"):
+        render(chart, both)
+    orphan_tls = {"config": {"web": {"tls_secret": {"name": "x"}}}}
+    with pytest.raises(helm.HelmRenderError, match="web_config_secret"):
+        render(chart, orphan_tls)
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema({"serviceMonitor": {"scheme": "ftp"}})
+
+
+def _scrape(port: int, ca_file: Path, server_name: str, auth: tuple[str, str] | None,
+            path: str = "/metrics") -> tuple[int, str]:
+    """GET over TLS to 127.0.0.1, verifying the certificate against `server_name`."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    request = f"GET {path} HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n"
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request += f"Authorization: Basic {token}\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=server_name) as tls:
+        tls.sendall((request + "\r\n").encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode("utf-8", errors="replace")
+
+
+def test_rendered_deployment_runs_the_exporter_with_tls_and_basic_auth(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    """The rendered config + web config, loaded by the exporter's own loaders, start an
+    exporter that Prometheus can scrape with exactly what the ServiceMonitor names."""
+    import bcrypt
+    from security.pki import issue
+
+    from exporter.cli import serve
+    from exporter.expose.http import MetricsServer, load_web_config
+
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    ca = issue(pki, "ca", None, ca=True)
+    issue(pki, "server", ca, dns=(SERVER_NAME,))
+    password = "scrape-" + SECRET_SENTINEL
+    web_config = yaml.safe_dump({
+        "tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"},
+        "basic_auth_users": {
+            "prometheus": bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()},
+    })
+    secrets = {
+        "kte-web-config": {"web-config.yml": web_config},
+        "kte-web-tls": {"tls.crt": (pki / "server.crt").read_text(),
+                        "tls.key": (pki / "server.key").read_text()},
+        "kte-scrape": {"username": "prometheus", "password": password,
+                       "ca.crt": (pki / "ca.crt").read_text()},
+    }
+    values = copy.deepcopy(WEB_VALUES)
+    del values["extraVolumes"], values["extraVolumeMounts"]
+    docs = objects(render(chart, values))
+    root = tmp_path / "pod"
+    settings = load_rendered_config(docs, root, secrets)
+    assert settings.web.web_config_file is not None
+    web = load_web_config(settings.web.web_config_file)
+    assert web.ssl_context is not None and set(web.basic_auth_users) == {"prometheus"}
+
+    local = dataclasses.replace(
+        settings, web=dataclasses.replace(settings.web, listen_address="127.0.0.1", port=0))
+    stop = threading.Event()
+    started: list[MetricsServer] = []
+    ready = threading.Event()
+
+    def on_started(server: MetricsServer) -> None:
+        started.append(server)
+        ready.set()
+
+    thread = threading.Thread(target=serve, args=(local,),
+                              kwargs={"stop": stop, "on_started": on_started}, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(20), "exporter did not start"
+        port = started[0].port
+        # What the ServiceMonitor tells Prometheus to use.
+        endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+        assert endpoint["scheme"] == "https"
+        tls_config, basic_auth = endpoint["tlsConfig"], endpoint["basicAuth"]
+
+        def secret(ref: dict[str, str]) -> str:
+            return secrets[ref["name"]][ref["key"]]
+
+        ca_file = tmp_path / "scrape-ca.crt"
+        ca_file.write_text(secret(tls_config["ca"]["secret"]), encoding="utf-8")
+        credentials = (secret(basic_auth["username"]), secret(basic_auth["password"]))
+        status, body = _scrape(port, ca_file, tls_config["serverName"], credentials)
+        assert status == 200
+        assert "kafka_txn_exporter_build_info" in body
+        assert 'kafka_txn_exporter_up{cluster="dev"}' in body
+        assert _scrape(port, ca_file, tls_config["serverName"], None)[0] == 401
+        wrong = (credentials[0], "wrong")
+        assert _scrape(port, ca_file, tls_config["serverName"], wrong)[0] == 401
+        # The probes' paths stay open (HTTPS, no credentials), as the kubelet needs.
+        assert _scrape(port, ca_file, tls_config["serverName"], None, "/healthz")[0] == 200
+        # Plain HTTP gets no metrics.
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [WEB_VALUES, {"prometheusRule": TUNED_RULES}, {**ALL_ON, **WEB_VALUES}],
+    ids=["web-tls-auth-extras", "tuned-rules", "all-on-with-web"],
+)
+def test_every_new_value_set_lints_and_validates_strictly(
+    chart: helm.Chart, values: dict[str, Any]
+) -> None:
+    report = helm.lint(CHART_DIR, copy.deepcopy(values), strict=True, namespace=NAMESPACE,
+                       kube_version="v" + KUBE_VERSIONS[0])
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    validate_all(objects(render(chart, values)))

@@ -59,6 +59,45 @@ app.kubernetes.io/component: exporter
 {{/* Where the config file and the per-cluster credential files live in the container. */}}
 {{- define "kte.configDir" -}}/etc/kafka-txn-exporter{{- end }}
 {{- define "kte.credentialsDir" -}}/var/run/secrets/kafka-txn-exporter{{- end }}
+{{- define "kte.webDir" -}}{{ include "kte.credentialsDir" . }}/web{{- end }}
+
+{{/*
+Files of the web config volume (TLS and basic auth of /metrics), as a list of
+{secret, key, path}; empty when no web config comes from a Secret.
+*/}}
+{{- define "kte.webFiles" -}}
+{{- $web := .Values.config.web }}
+{{- $files := list }}
+{{- with $web.web_config_secret }}{{- if .name }}
+{{- $files = append $files (dict "secret" .name "key" (.key | default "web-config.yml") "path" "web-config.yml") }}
+{{- end }}{{- end }}
+{{- with $web.tls_secret }}{{- if .name }}
+{{- $files = append $files (dict "secret" .name "key" (.cert_key | default "tls.crt") "path" "tls.crt") }}
+{{- $files = append $files (dict "secret" .name "key" (.key_key | default "tls.key") "path" "tls.key") }}
+{{- end }}{{- end }}
+{{- with $web.client_ca_secret }}{{- if .name }}
+{{- $files = append $files (dict "secret" .name "key" (.key | default "ca.crt") "path" "client-ca.crt") }}
+{{- end }}{{- end }}
+{{- toJson $files }}
+{{- end }}
+
+{{/* "true" when /metrics is served over TLS (config.web.tls_secret is set). */}}
+{{- define "kte.webTls" -}}
+{{- if (.Values.config.web.tls_secret | default dict).name }}true{{ end }}
+{{- end }}
+
+{{/* The web_config_file the exporter is given, or "" for plain HTTP without auth. */}}
+{{- define "kte.webConfigFile" -}}
+{{- $web := .Values.config.web }}
+{{- $fromSecret := (($web.web_config_secret | default dict).name) }}
+{{- if and $fromSecret $web.web_config_file }}
+{{- fail "config.web: set web_config_secret.name or web_config_file, not both" }}
+{{- end }}
+{{- if and (or (include "kte.webTls" .) ($web.client_ca_secret | default dict).name) (not (or $fromSecret $web.web_config_file)) }}
+{{- fail "config.web.tls_secret/client_ca_secret: they are used by a web config; set config.web.web_config_secret (or web_config_file) too" }}
+{{- end }}
+{{- if $fromSecret }}{{ include "kte.webDir" . }}/web-config.yml{{ else }}{{ $web.web_config_file }}{{ end }}
+{{- end }}
 
 {{/*
 Credential files of cluster number .index, as a list of
@@ -121,6 +160,9 @@ file paths under kte.credentialsDir/<index>/; nothing secret is rendered.
 {{- $clusters = append $clusters $out }}
 {{- end }}
 {{- $web := dict "listen_address" .Values.config.web.listen_address "port" (int .Values.config.web.port) }}
+{{- with include "kte.webConfigFile" . }}
+{{- $_ := set $web "web_config_file" . }}
+{{- end }}
 {{- $log := dict "format" .Values.config.log.format "level" .Values.config.log.level }}
 {{- toYaml (dict "clusters" $clusters "web" $web "log" $log) }}
 {{- end }}
