@@ -139,6 +139,11 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cluster",),
     ),
     MetricSpec(
+        "kafka_txn_exporter_http_connections_refused_total", "counter",
+        "HTTP connections closed unserved because the connection cap was reached.",
+        (),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_build_info", "gauge",
         "Build information; the value is always 1.",
         ("version", "revision", "python_version"),

@@ -129,7 +129,7 @@ def _readme_table() -> dict[str, tuple[str, tuple[str, ...]]]:
     for line in section.splitlines():
         match = re.match(r"\| `(\w+)` \| (\w+) \| ([^|]*) \|", line)
         if match:
-            labels = tuple(x.strip() for x in match[3].split(",") if x.strip())
+            labels = tuple(x.strip() for x in match[3].split(",") if x.strip() not in ("", "—"))
             rows[match[1]] = (match[2], labels)
     return rows
 

@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import errno
 import hashlib
 import hmac
 import re
+import resource
 import secrets
 import socket
 import ssl
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,13 +35,17 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import bcrypt
 import yaml
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
 from exporter.config import ConfigError
+from exporter.expose.collector import new_family
 from exporter.expose.registry import ExporterRegistry
 from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
+from exporter.metrics import spec
 from exporter.settings import WebSettings
 from exporter.snapshots import SnapshotStore
 
@@ -159,9 +167,29 @@ def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
     return [data]
 
 
-HTTP_IDLE_TIMEOUT_SECONDS = 30.0
-"""Per socket read/write. Without it a client that connects and sends nothing (or stops
-reading) holds a thread and a file descriptor forever: enough of them exhaust the process."""
+TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
+LISTEN_BACKLOG = 128
+HTTP_IDLE_TIMEOUT_SECONDS = 10.0
+"""Per socket read/write: a client that connects and sends nothing (or stops reading) is
+dropped after this long without progress."""
+HTTP_REQUEST_DEADLINE_SECONDS = 30.0
+"""Whole connection, TLS handshake, request and response included (one request per
+connection). The idle timeout alone restarts with every byte: a client sending one byte per
+second would hold a thread and a descriptor forever."""
+MAX_HTTP_CONNECTIONS = 64
+"""Connections served at once; more are refused at once (503 on plain HTTP, closed on TLS) and
+counted in kafka_txn_exporter_http_connections_refused_total. Lowered to a quarter of the
+process's descriptor limit when that is smaller, so Kafka polling keeps its descriptors."""
+ACCEPT_BACKOFF_SECONDS = (0.05, 1.0)
+"""First and longest pause of the accept loop after accept() fails for lack of descriptors or
+memory: the pending connection stays in the listen backlog and accept() would fail again at
+once, so retrying without a pause spins a core."""
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_REFUSED_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 29\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    b"too many concurrent requests\n"
+)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -172,6 +200,174 @@ class _QuietHandler(WSGIRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         get_logger("exporter.http").debug("http_request", message=format % args)
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft descriptor limit to the hard one (as Go programs do at start-up); the
+    soft limit in force afterwards (unlimited counts as a large number)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def connection_cap(requested: int, nofile_limit: int) -> int:
+    """At most `requested`, and at most a quarter of the descriptor limit."""
+    return max(1, min(requested, nofile_limit // 4))
+
+
+class HardenedWSGIServer(ThreadingWSGIServer):
+    """prometheus_client's thread-per-connection server with bounds a hostile or broken client
+    cannot lift: a whole-connection deadline, a cap on connections served at once, and an
+    accept loop that pauses instead of spinning when the process runs out of descriptors.
+    """
+
+    request_queue_size = LISTEN_BACKLOG
+    # socketserver's default backlog is 5: a burst of concurrent scrapers overflows it and the
+    # kernel drops SYNs, which clients retry after 1 s, 3 s, 7 s (seen in
+    # benchmarks/bench_scrape_load.py as p99 of seconds and scrape timeouts).
+    block_on_close = False  # stop() closes the connections still open instead of waiting
+    ssl_context: ssl.SSLContext | None = None
+    max_connections = MAX_HTTP_CONNECTIONS
+    request_deadline_seconds = HTTP_REQUEST_DEADLINE_SECONDS
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._conn_lock = threading.Lock()
+        self._open: dict[socket.socket, float] = {}  # connection -> monotonic deadline
+        self.refused_connections = 0
+        self.accept_errors = 0
+        self._backoff = 0.0
+        self._closing = threading.Event()
+        self._reaper = threading.Thread(target=self._reap, name="http-deadline", daemon=True)
+        self._reaper.start()
+
+    # ---------------------------------------------------------------- accept
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            conn, addr = super().get_request()
+        except OSError as exc:
+            if exc.errno in _RESOURCE_ERRNOS:
+                self._pause_accepting(exc)
+            raise  # socketserver drops the failed accept and goes back to select()
+        self._backoff = 0.0
+        if self.ssl_context is None:
+            return conn, addr
+        # Handshake later, on the connection's own thread: a slow or silent client must not
+        # block the accept loop (and with it every other scrape).
+        return self.ssl_context.wrap_socket(conn, server_side=True,
+                                            do_handshake_on_connect=False), addr
+
+    def _pause_accepting(self, exc: OSError) -> None:
+        first, longest = ACCEPT_BACKOFF_SECONDS
+        self._backoff = min(longest, self._backoff * 2) if self._backoff else first
+        with self._conn_lock:
+            self.accept_errors += 1
+            errors, open_now = self.accept_errors, len(self._open)
+        if errors & (errors - 1) == 0:  # 1st, 2nd, 4th, 8th ...: the log stays bounded
+            get_logger("exporter.http").warning(
+                "http_accept_failed", error=exc.strerror or str(exc), accept_errors=errors,
+                open_connections=open_now, retry_in_seconds=self._backoff,
+            )
+        self._closing.wait(self._backoff)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conn_lock:
+            admitted = len(self._open) < self.max_connections
+            if admitted:
+                self._open[request] = time.monotonic() + self.request_deadline_seconds
+            else:
+                self.refused_connections += 1
+        if not admitted:
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread: release the slot here
+            self._forget(request)
+            self.shutdown_request(request)
+            raise
+
+    def _refuse(self, request: socket.socket) -> None:
+        if not isinstance(request, ssl.SSLSocket):
+            try:
+                request.setblocking(False)
+                request.send(_REFUSED_RESPONSE)
+            except OSError:
+                pass
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._forget(request)
+
+    def _forget(self, request: socket.socket) -> None:
+        with self._conn_lock:
+            self._open.pop(request, None)
+
+    def open_connections(self) -> int:
+        with self._conn_lock:
+            return len(self._open)
+
+    # ---------------------------------------------------------------- deadline
+    def _reap(self) -> None:
+        """Cut connections past their deadline: shutting the socket down makes the blocked
+        read or write on the connection's thread return, and the thread ends."""
+        while not self._closing.wait(0.25):
+            now = time.monotonic()
+            with self._conn_lock:
+                late = [conn for conn, deadline in self._open.items() if deadline <= now]
+            for conn in late:
+                _cut(conn)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)
+            try:
+                request.do_handshake()
+            except (ssl.SSLError, OSError) as exc:
+                get_logger("exporter.http").debug(
+                    "tls_handshake_failed", client=str(client_address[0]), error=str(exc)
+                )
+                return
+            request.settimeout(None)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        get_logger("exporter.http").debug("http_connection_error", exc_info=True)
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
+        with self._conn_lock:
+            still_open = list(self._open)
+        for conn in still_open:
+            _cut(conn)
+
+
+def _cut(conn: socket.socket) -> None:
+    # The plain socket's shutdown, also under TLS: SSLSocket's own would drop its state.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(conn, socket.SHUT_RDWR)
+
+
+class HttpServerCollector(Collector):
+    """The HTTP server's own counters, read on every scrape."""
+
+    def __init__(self, server: HardenedWSGIServer) -> None:
+        self._server = server
+
+    def collect(self) -> Iterator[Metric]:
+        refused = new_family(spec("kafka_txn_exporter_http_connections_refused_total"))
+        assert isinstance(refused, CounterMetricFamily)
+        refused.add_metric([], float(self._server.refused_connections))
+        yield refused
 
 
 def _best_family(address: str, port: int) -> tuple[socket.AddressFamily, str]:
@@ -201,8 +397,6 @@ _CLIENT_AUTH = {
 _UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert")
 _TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
              "max_version")
-TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
-LISTEN_BACKLOG = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,8 +538,12 @@ class BasicAuth:
     bcrypt takes ~50-250 ms per check, too slow for every scrape, so successful checks are
     cached. The cache key is an HMAC (with a random per-process key) of user, password and
     stored hash: neither the password nor a fast unkeyed hash of it is kept in memory. Failed
-    checks are never cached. An unknown user is checked against a dummy hash so the response
-    time does not tell which user names exist; bcrypt's own compare is constant-time.
+    checks are never cached. An unknown user is checked against a dummy hash of the same cost
+    as a configured user's, so the response time does not tell which user names exist, whatever
+    the hashes' costs; bcrypt's own compare is constant-time. With users of several costs, each
+    unknown name is given one of the users' costs, picked by a keyed hash of the name (stable
+    for the process, in proportion to how many users have each cost, unpredictable from
+    outside): an unknown name answers like some known user, always at the same speed.
     """
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
@@ -354,8 +552,17 @@ class BasicAuth:
         self._cache: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         self._bcrypt_slots = threading.BoundedSemaphore(MAX_CONCURRENT_BCRYPT_CHECKS)
-        cost = min((int(h[4:6]) for h in self._users.values()), default=10)
-        self._dummy_hash = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(cost))
+        self._user_costs = sorted(int(h[4:6]) for h in self._users.values()) or [10]
+        self._dummy_hashes = {
+            cost: bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(cost))
+            for cost in set(self._user_costs)
+        }
+
+    def _dummy_hash(self, user: str) -> bytes:
+        """The dummy hash an unknown `user` is checked against (see the class docstring)."""
+        pick = hmac.new(self._cache_key, b"dummy\0" + user.encode("utf-8"), hashlib.sha256)
+        index = int.from_bytes(pick.digest()[:8], "big") % len(self._user_costs)
+        return self._dummy_hashes[self._user_costs[index]]
 
     def check(self, user: str, password: str) -> bool:
         """True when `password` matches the user's bcrypt hash."""
@@ -374,7 +581,7 @@ class BasicAuth:
         if len(secret) > _BCRYPT_MAX_PASSWORD_BYTES:
             return False  # bcrypt ignores bytes past 72: refuse rather than truncate
         with self._bcrypt_slots:
-            ok = bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy_hash)
+            ok = bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy_hash(user))
         if not ok or hashed is None:
             return False
         with self._lock:
@@ -440,42 +647,24 @@ class MetricsServer:
         registry: ExporterRegistry,
         store: SnapshotStore,
         config_file: str | None = None,
+        *,
+        max_connections: int | None = None,
+        request_deadline_seconds: float | None = None,
     ) -> None:
         web_config = load_web_config(web.web_config_file) if web.web_config_file else WebConfig()
         family, address = _best_family(web.listen_address, web.port)
         context = web_config.ssl_context
 
-        class Server(ThreadingWSGIServer):
+        cap = connection_cap(MAX_HTTP_CONNECTIONS if max_connections is None
+                             else max_connections, raise_nofile_limit())
+        deadline = (HTTP_REQUEST_DEADLINE_SECONDS if request_deadline_seconds is None
+                    else request_deadline_seconds)
+
+        class Server(HardenedWSGIServer):
             address_family = family
-            # socketserver's default backlog is 5: a burst of concurrent scrapers overflows
-            # it and the kernel drops SYNs, which clients retry after 1 s, 3 s, 7 s (seen in
-            # benchmarks/bench_scrape_load.py as p99 of seconds and scrape timeouts).
-            request_queue_size = LISTEN_BACKLOG
-
-            def get_request(self) -> tuple[socket.socket, Any]:
-                conn, addr = super().get_request()
-                if context is None:
-                    return conn, addr
-                # Handshake later, on the request's own thread: a slow or silent client must
-                # not block the accept loop (and with it every other scrape).
-                return context.wrap_socket(conn, server_side=True,
-                                           do_handshake_on_connect=False), addr
-
-            def finish_request(self, request: Any, client_address: Any) -> None:
-                if isinstance(request, ssl.SSLSocket):
-                    request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)
-                    try:
-                        request.do_handshake()
-                    except (ssl.SSLError, OSError) as exc:
-                        get_logger("exporter.http").debug(
-                            "tls_handshake_failed", client=str(client_address[0]), error=str(exc)
-                        )
-                        return
-                    request.settimeout(None)
-                super().finish_request(request, client_address)
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                get_logger("exporter.http").debug("http_connection_error", exc_info=True)
+            ssl_context = context
+            max_connections = cap
+            request_deadline_seconds = deadline
 
         app = make_app(registry, store, config_file)
         if web_config.basic_auth_users:
@@ -487,7 +676,10 @@ class MetricsServer:
                 )
         app = _with_headers(app, web_config.headers)
         self.basic_auth = bool(web_config.basic_auth_users)
-        self._server = make_server(address, web.port, app, Server, handler_class=_QuietHandler)
+        self._server: HardenedWSGIServer = make_server(
+            address, web.port, app, Server, handler_class=_QuietHandler)
+        self.max_connections = Server.max_connections
+        registry.register(HttpServerCollector(self._server))
         self.scheme = "https" if context is not None else "http"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="http", kwargs={"poll_interval": 0.2},

@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import http.client
 import ssl
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -284,3 +286,35 @@ def test_serve_refuses_a_bad_hash_at_start_up(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "basic_auth_users.alice: expected a bcrypt hash" in result.stderr
     assert "my-plaintext-password" not in result.stdout + result.stderr
+
+
+def _seconds(auth: BasicAuth, user: str, repeat: int) -> float:
+    """Median duration of a failed check (failures are never cached: bcrypt every time)."""
+    durations = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        assert not auth.check(user, "wrong password")
+        durations.append(time.perf_counter() - start)
+    return statistics.median(durations)
+
+
+def test_unknown_users_cost_what_known_users_cost_whatever_the_hash_costs() -> None:
+    """Users with bcrypt costs 4 and 10 (64x apart). Every unknown name takes about as long as
+    one of the known users (nearer to it than 0.4 of the way, in log scale, to the other), and
+    unknown names fall on both costs: timing tells neither a name's existence nor absence."""
+    slow = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(10))
+    fast = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4))
+    auth = BasicAuth({"admin": slow, "ci": fast})
+    known = {"admin": _seconds(auth, "admin", 3), "ci": _seconds(auth, "ci", 7)}
+    spread = known["admin"] / known["ci"]
+    assert spread > 10  # the two costs are far apart on this machine
+    margin = spread ** 0.4
+    nearest: dict[str, str] = {}
+    for i in range(16):
+        name = f"guess-{i}"
+        took = _seconds(auth, name, 3)
+        match, ratio = min(((k, max(took, v) / min(took, v)) for k, v in known.items()),
+                           key=lambda kv: kv[1])
+        assert ratio < margin, (name, took, known)
+        nearest[name] = match
+    assert set(nearest.values()) == {"admin", "ci"}, nearest
