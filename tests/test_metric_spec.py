@@ -84,11 +84,13 @@ def _promtool_check(text: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False)
 
 
+@pytest.mark.system_tools  # promtool
 def test_promtool_accepts_the_golden_exposition() -> None:
     result = _promtool_check(golden_exposition())
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.system_tools  # promtool
 def test_promtool_accepts_the_served_exposition_with_process_metrics() -> None:
     store = golden_store()
     body, content_type = render_registry(build_registry(store), SnapshotRenderCache(), None)
