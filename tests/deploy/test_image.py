@@ -40,6 +40,7 @@ import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -380,29 +381,92 @@ def _proc_status(pid: int) -> dict[str, str]:
     return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
 
 
+def _start_simulator(*args: str, env: dict[str, str] | None = None,
+                     ) -> tuple[subprocess.Popen[str], str]:
+    """`kafka-txn-sim` (the simulator's own distribution, from this venv) on loopback."""
+    proc = subprocess.Popen(
+        [str(BIN_DIR / "kafka-txn-sim"), "--host", "127.0.0.1", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )
+    assert proc.stdout is not None
+    bootstrap = proc.stdout.readline().strip()
+    assert re.fullmatch(r"127\.0\.0\.1:\d+(,127\.0\.0\.1:\d+)*", bootstrap), bootstrap
+    return proc, bootstrap
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(scope="module")
 def simulator() -> Iterator[str]:
-    """`kafka-txn-sim` (the simulator's own distribution, from this venv) on loopback, with one
-    hanging transaction on payments-1 backdated 400 s (past transaction.max.timeout.ms 60 s +
-    the late buffer), made as the real-broker capture's hang-1 (tests/test_e2e_serve.py)."""
-    proc = subprocess.Popen(
-        [str(BIN_DIR / "kafka-txn-sim"), "--brokers", "3", "--host", "127.0.0.1",
-         "--topics", f"orders:3,{HANG_TOPIC}:2",
-         "--config", "transaction.max.timeout.ms=60000",
-         "--config", "transaction.partition.verification.enable=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
+    """Three brokers with one hanging transaction on payments-1 backdated 400 s (past
+    transaction.max.timeout.ms 60 s + the late buffer), made as the real-broker capture's hang-1
+    (see tests/test_e2e_serve.py)."""
+    proc, bootstrap = _start_simulator(
+        "--brokers", "3", "--topics", f"orders:3,{HANG_TOPIC}:2",
+        "--config", "transaction.max.timeout.ms=60000",
+        "--config", "transaction.partition.verification.enable=false")
     try:
-        assert proc.stdout is not None
-        bootstrap = proc.stdout.readline().strip()
-        assert re.fullmatch(r"127\.0\.0\.1:\d+(,127\.0\.0\.1:\d+)*", bootstrap), bootstrap
         hanging_transaction(bootstrap, "image-hang-1", HANG_TOPIC, 1, backdate_ms=400_000)
         yield bootstrap
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        _stop(proc)
+
+
+def _config_dir(tmp_path: Path, bootstrap: str, port: int, cluster_extra: str = "") -> Path:
+    """A directory to mount at /etc/kafka-txn-exporter, readable by the image's user."""
+    config = tmp_path / "etc"
+    config.mkdir(mode=0o755)
+    (config / "exporter.yaml").write_text(
+        "clusters:\n"
+        "  - name: sim\n"
+        f"    bootstrap_servers: {json.dumps(bootstrap.split(','))}\n"
+        "    poll_interval_seconds: 1s\n"
+        "    request_timeout_seconds: 5s\n"
+        "    late_buffer_seconds: 10s\n"
+        "    min_reported_duration_seconds: 0\n"
+        "    labels: {env: image}\n"
+        f"{cluster_extra}"
+        f"web:\n  listen_address: 127.0.0.1\n  port: {port}\n"
+        "log:\n  format: json\n"
+    )
+    return config
+
+
+@dataclass
+class Serving:
+    proc: subprocess.Popen[str]
+    pid: int
+    base: str
+    log: Path
+
+    def logged(self) -> str:
+        return self.log.read_text()[-3000:]
+
+
+@contextmanager
+def _serve(container: Container, tmp_path: Path, port: int, mounts: dict[str, Path],
+           env: dict[str, str]) -> Iterator[Serving]:
+    """`docker run --read-only --network host -v ... -e ... IMAGE`: the image's own
+    ENTRYPOINT + CMD (serve --config /etc/kafka-txn-exporter/exporter.yaml), ready."""
+    log = tmp_path / "container.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(container.command(mounts=mounts, env=env),
+                                stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        serving = Serving(proc, _child_pid(proc.pid), f"http://127.0.0.1:{port}", log)
+        _wait_until(lambda: _http_get(serving.base + "/readyz")[0] == 200
+                    or proc.poll() is not None, 60, "/readyz 200")
+        assert proc.poll() is None, serving.logged()
+        yield serving
+    finally:
+        if proc.poll() is None:
             proc.kill()
             proc.wait()
 
@@ -416,35 +480,11 @@ def test_image_serves_the_hanging_transaction_as_uid_10001_from_a_read_only_root
     container: Container, simulator: str, tmp_path: Path
 ) -> None:
     port = _free_port()
-    config = tmp_path / "etc"
-    config.mkdir(mode=0o755)
-    (config / "exporter.yaml").write_text(
-        "clusters:\n"
-        "  - name: sim\n"
-        f"    bootstrap_servers: {json.dumps(simulator.split(','))}\n"
-        "    poll_interval_seconds: 1s\n"
-        "    request_timeout_seconds: 5s\n"
-        "    late_buffer_seconds: 10s\n"
-        "    min_reported_duration_seconds: 0\n"
-        "    labels: {env: image}\n"
-        f"web:\n  listen_address: 127.0.0.1\n  port: {port}\n"
-        "log:\n  format: json\n"
-    )
+    config = _config_dir(tmp_path, simulator, port)
     health_env = {"KAFKA_TXN_EXPORTER_HEALTHCHECK_URL": f"http://127.0.0.1:{port}/healthz"}
-    log = tmp_path / "container.log"
-    with log.open("w") as out:
-        # The image's own ENTRYPOINT + CMD (serve --config /etc/kafka-txn-exporter/...).
-        proc = subprocess.Popen(
-            container.command(mounts={"/etc/kafka-txn-exporter": config}, env=health_env),
-            stdout=out, stderr=subprocess.STDOUT, text=True,
-        )
-    try:
-        pid = _child_pid(proc.pid)
-        base = f"http://127.0.0.1:{port}"
-        _wait_until(lambda: _http_get(base + "/readyz")[0] == 200 or proc.poll() is not None,
-                    60, "/readyz 200")
-        assert proc.poll() is None, log.read_text()[-3000:]
-
+    with _serve(container, tmp_path, port, {"/etc/kafka-txn-exporter": config},
+                health_env) as serving:
+        pid, base = serving.pid, serving.base
         # Non-root: the process's real, effective, saved and filesystem ids, read from outside.
         status = _proc_status(pid)
         assert status["Uid"].split() == ["10001"] * 4, status["Uid"]
@@ -483,13 +523,47 @@ def test_image_serves_the_hanging_transaction_as_uid_10001_from_a_read_only_root
 
         # docker stop: SIGTERM to PID 1.
         os.kill(pid, signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    logged = log.read_text()
+        assert serving.proc.wait(timeout=15) == 0, serving.logged()
+    logged = serving.log.read_text()
     assert "Traceback" not in logged and "Read-only file system" not in logged, logged[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.system_tools  # buildah, debootstrap
+def test_image_reads_the_kafka_password_from_a_mounted_secret(
+    container: Container, tmp_path: Path
+) -> None:
+    """SCRAM-SHA-512 with `password_file` on a read-only secret mount (/run/secrets), readable
+    only by the image's uid, as `docker run -v ...:/run/secrets/kafka-password:ro`."""
+    password = "image-test-" + os.urandom(8).hex()
+    sim, bootstrap = _start_simulator(
+        "--brokers", "1", "--topics", "orders:1", "--sasl-mechanisms", "SCRAM-SHA-512",
+        "--sasl-user", "txn-exporter:KTE_IMAGE_TEST_PASSWORD",
+        env=dict(os.environ, KTE_IMAGE_TEST_PASSWORD=password))
+    try:
+        secrets = tmp_path / "secrets"
+        secrets.mkdir(mode=0o755)
+        (secrets / "kafka-password").write_text(password + "\n")
+        secret = str(secrets / "kafka-password")
+        subprocess.run([*SUDO, "chown", "10001:10001", secret], check=True, timeout=30)
+        subprocess.run([*SUDO, "chmod", "0400", secret], check=True, timeout=30)
+        port = _free_port()
+        config = _config_dir(tmp_path, bootstrap, port, (
+            "    sasl:\n"
+            "      mechanism: SCRAM-SHA-512\n"
+            "      username: txn-exporter\n"
+            "      password_file: /run/secrets/kafka-password\n"))
+        mounts = {"/etc/kafka-txn-exporter": config, "/run/secrets": secrets}
+        with _serve(container, tmp_path, port, mounts, {}) as serving:
+            text = _http_get(serving.base + "/metrics")[1]
+            s = _samples(text)
+            assert s[("kafka_txn_exporter_up",
+                      frozenset({("cluster", "sim"), ("env", "image")}))] == 1
+            assert "AUTHENTICATION_FAILED" not in text
+            assert password not in text
+        assert password not in serving.log.read_text()
+    finally:
+        _stop(sim)
 
 
 @pytest.mark.slow
