@@ -39,6 +39,7 @@ from kafka_sim.jvm_order import (
     java_hash_map_order,
     java_string_hash,
     scala_mutable_hash_order,
+    topic_partition_hash,
 )
 
 NO_PRODUCER_ID = -1
@@ -68,11 +69,6 @@ def java_abs(n: int) -> int:
 def partition_for(key: str, num_partitions: int) -> int:
     """Utils.abs(key.hashCode) % partitions: a transactional id's __transaction_state partition."""
     return java_abs(java_string_hash(key)) % num_partitions
-
-
-def _topic_partition_hash(tp: tuple[str, int]) -> int:
-    """org.apache.kafka.common.TopicPartition.hashCode."""
-    return 31 * (31 + tp[1]) + java_string_hash(tp[0])
 
 
 class CoordinatorCluster(Protocol):
@@ -135,7 +131,7 @@ class TransactionMetadata:
 
     def ordered_partitions(self) -> list[tuple[str, int]]:
         """Iteration order of Kafka's mutable.Set[TopicPartition] (Scala HashSet)."""
-        return scala_mutable_hash_order(list(self.topic_partitions), _topic_partition_hash)
+        return scala_mutable_hash_order(list(self.topic_partitions), topic_partition_hash)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,11 @@ INVALID_RECORD: int = _errors.InvalidRecordError.errno
 PRODUCER_FENCED: int = _errors.ProducerFencedError.errno
 UNKNOWN_TOPIC_ID: int = _errors.UnknownTopicIdError.errno
 TRANSACTIONAL_ID_NOT_FOUND: int = _errors.TransactionalIdNotFoundError.errno
+OFFSET_METADATA_TOO_LARGE: int = _errors.OffsetMetadataTooLargeError.errno
+ILLEGAL_GENERATION: int = _errors.IllegalGenerationError.errno
+INVALID_GROUP_ID: int = _errors.InvalidGroupIdError.errno
+UNKNOWN_MEMBER_ID: int = _errors.UnknownMemberIdError.errno
+GROUP_ID_NOT_FOUND: int = _errors.GroupIdNotFoundError.errno
 
 RETRIABLE_COORDINATOR_ERRORS = frozenset(
     {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}

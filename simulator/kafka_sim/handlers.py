@@ -10,12 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.admin.configs import DescribeConfigsResponse
+from kafka.protocol.admin.groups import DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.admin.transactions import (
     DescribeProducersResponse,
     DescribeTransactionsResponse,
     ListTransactionsResponse,
 )
 from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.consumer.group import OffsetCommitResponse, OffsetFetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
 from kafka.protocol.metadata.metadata import MetadataResponse
@@ -40,6 +42,7 @@ from kafka_sim.errors import (
     COORDINATOR_NOT_AVAILABLE,
     CORRUPT_MESSAGE,
     FENCED_LEADER_EPOCH,
+    INVALID_GROUP_ID,
     INVALID_PRODUCER_EPOCH,
     INVALID_RECORD,
     INVALID_REQUEST,
@@ -57,12 +60,15 @@ from kafka_sim.errors import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from kafka_sim.groups import CLASSIC_GROUP_TYPE, DEAD_STATE
 from kafka_sim.jvm_order import (
     java_fields_hash,
+    java_hash_map_order,
     java_list_hash,
     java_string_hash,
     scala_immutable_set_order,
     scala_mutable_hash_order,
+    topic_partition_hash,
 )
 from kafka_sim.log import crc_ok, split_batches
 from kafka_sim.state import ClusterState, Partition, Topic
@@ -279,18 +285,17 @@ def handle_describe_configs(state: ClusterState, ctx: RequestContext, req: Any) 
                 error = INVALID_REQUEST
                 message = (f"Unexpected broker id, expected {ctx.broker_id} or empty string, "
                            f"but received {rname}")
-        elif rtype == 2:  # TOPIC: only the topic's own settings (source DYNAMIC_TOPIC_CONFIG)
+        elif rtype == 2:  # TOPIC
             t = state.topics.get(rname)
             if not state.authorized(ctx.principal, "DESCRIBE", rname):
                 error, message = TOPIC_AUTHORIZATION_FAILED, None
             elif t is None:
                 error, message = UNKNOWN_TOPIC_OR_PARTITION, None
             else:
-                for name, value in t.configs.items():
-                    if keys is None or name in keys:
-                        configs.append(Entry(
-                            name=name, value=value, read_only=False, config_source=1,
-                            is_sensitive=False, synonyms=[], config_type=2, documentation=None))
+                for name, value, source, ctype in state.topic_configs(t, keys):
+                    configs.append(Entry(
+                        name=name, value=value, read_only=False, config_source=source,
+                        is_sensitive=False, synonyms=[], config_type=ctype, documentation=None))
         else:
             error, message = INVALID_REQUEST, f"Unsupported resource type {rtype}"
         results.append(Result(error_code=error, error_message=message, resource_type=rtype,
@@ -639,6 +644,13 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
+def _in_hash_order(topic: str, partitions: list[Any]) -> list[Any]:
+    def hash_of(row: Any) -> int:
+        return topic_partition_hash((topic, int(row.partition_index)))
+
+    return scala_mutable_hash_order(partitions, hash_of)
+
+
 def handle_list_offsets(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     TopicR = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -694,7 +706,9 @@ def handle_list_offsets(state: ClusterState, ctx: RequestContext, req: Any) -> A
                     epoch = -1
             parts.append(PartR(partition_index=lp.partition_index, error_code=NONE, timestamp=ts,
                                offset=offset, leader_epoch=epoch))
-        topics.append(TopicR(name=lt.name, partitions=parts))
+        # Topics come in request order, a topic's partitions in TopicPartition hash order
+        # (groups 05/06: grp-test 1, 0, 2; 53: txn-open 0, 1, 2).
+        topics.append(TopicR(name=lt.name, partitions=_in_hash_order(lt.name, parts)))
     return ListOffsetsResponse(version=v, throttle_time_ms=0, topics=topics)
 
 
@@ -790,17 +804,167 @@ def handle_describe_transactions(state: ClusterState, ctx: RequestContext, req: 
     return DescribeTransactionsResponse(version=v, throttle_time_ms=0, transaction_states=out)
 
 
+# -- Consumer groups: OffsetCommit (8), OffsetFetch (9), ListGroups (16) ----------------------
+# Semantics: docs/kafka-semantics.md ("Consumer groups and committed offsets").
+def _is_group_coordinator(state: ClusterState, broker_id: int, group_id: str) -> bool:
+    coord = state.group_coordinator(group_id)
+    return coord is not None and coord[0] == broker_id
+
+
+def handle_offset_commit(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    """Topics unknown to the broker's metadata are refused per partition before the group
+    coordinator sees the rest (KafkaApis); the coordinator's errors cover every partition."""
+    v = ctx.api_version
+    TopicR = OffsetCommitResponse.OffsetCommitResponseTopic
+    PartR = TopicR.OffsetCommitResponsePartition
+    answers: dict[str, list[Any]] = {}
+    valid: list[tuple[str, int, int, int, str | None]] = []
+    for t in req.topics:
+        for p in t.partitions:
+            if not state.partition_exists(t.name, p.partition_index):
+                answers.setdefault(t.name, []).append(
+                    PartR(partition_index=p.partition_index, error_code=UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                epoch = p.committed_leader_epoch if v >= 6 else -1
+                valid.append((t.name, p.partition_index, p.committed_offset, epoch,
+                              p.committed_metadata))
+    if valid:
+        generation = req.generation_id_or_member_epoch if v >= 1 else -1
+        member_id = req.member_id if v >= 1 else ""
+        if not req.group_id:
+            errors = [INVALID_GROUP_ID] * len(valid)
+        elif not _is_group_coordinator(state, ctx.broker_id, req.group_id):
+            errors = [NOT_COORDINATOR] * len(valid)
+        else:
+            _, errors = state.groups.commit(req.group_id, generation, member_id, v, valid,
+                                            state.now_ms())
+        for (topic, partition, _o, _e, _m), error in zip(valid, errors, strict=True):
+            answers.setdefault(topic, []).append(
+                PartR(partition_index=partition, error_code=error))
+    return OffsetCommitResponse(
+        version=v, throttle_time_ms=0,
+        topics=[TopicR(name=name, partitions=parts) for name, parts in answers.items()])
+
+
+def _fetched_offsets(
+    state: ClusterState, group_id: str, topics: list[tuple[str, list[int]]] | None
+) -> list[tuple[str, list[tuple[int, int, int, str]]]]:
+    """(topic, [(partition, offset, leader epoch, metadata)]) as the coordinator answers:
+    -1/-1/"" where nothing is committed (also for an unknown group); topics=None -> every
+    committed offset of the group."""
+    if topics is None:
+        return [(topic, [(p, c.offset, c.leader_epoch, c.metadata) for p, c in entries])
+                for topic, entries in state.groups.committed_topics(group_id).items()]
+    out: list[tuple[str, list[tuple[int, int, int, str]]]] = []
+    for topic, partitions in topics:
+        rows = []
+        for p in partitions:
+            c = state.groups.committed(group_id, topic, p)
+            rows.append((p, -1, -1, "") if c is None else (p, c.offset, c.leader_epoch, c.metadata))
+        out.append((topic, rows))
+    return out
+
+
+def handle_offset_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    """No pending transactional offsets are ever kept (TxnOffsetCommit stores nothing), so
+    require_stable never has an unstable offset to refuse."""
+    v = ctx.api_version
+    if v >= 8:
+        GroupR = OffsetFetchResponse.OffsetFetchResponseGroup
+        TopicsR = GroupR.OffsetFetchResponseTopics
+        PartsR = TopicsR.OffsetFetchResponsePartitions
+        groups = []
+        for g in req.groups:
+            if not _is_group_coordinator(state, ctx.broker_id, g.group_id):
+                groups.append(GroupR(group_id=g.group_id, topics=[], error_code=NOT_COORDINATOR))
+                continue
+            wanted = (None if g.topics is None
+                      else [(t.name, list(t.partition_indexes)) for t in g.topics])
+            topics = [TopicsR(name=name, partitions=[
+                PartsR(partition_index=p, committed_offset=o, committed_leader_epoch=e,
+                       metadata=m, error_code=NONE) for p, o, e, m in rows])
+                for name, rows in _fetched_offsets(state, g.group_id, wanted)]
+            groups.append(GroupR(group_id=g.group_id, topics=topics, error_code=NONE))
+        return OffsetFetchResponse(version=v, throttle_time_ms=0, groups=groups)
+    TopicR = OffsetFetchResponse.OffsetFetchResponseTopic
+    PartR = TopicR.OffsetFetchResponsePartition
+    if not _is_group_coordinator(state, ctx.broker_id, req.group_id):
+        if v >= 2:
+            return OffsetFetchResponse(version=v, throttle_time_ms=0, topics=[],
+                                       error_code=NOT_COORDINATOR)
+        return OffsetFetchResponse(version=v, topics=[TopicR(name=t.name, partitions=[
+            PartR(partition_index=p, committed_offset=-1, metadata="", error_code=NOT_COORDINATOR)
+            for p in t.partition_indexes]) for t in req.topics])
+    wanted = None if req.topics is None else [(t.name, list(t.partition_indexes))
+                                              for t in req.topics]
+    topics = [TopicR(name=name, partitions=[
+        PartR(partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m,
+              error_code=NONE) for p, o, e, m in rows])
+        for name, rows in _fetched_offsets(state, req.group_id, wanted)]
+    return OffsetFetchResponse(version=v, throttle_time_ms=0, topics=topics, error_code=NONE)
+
+
+def handle_list_groups(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    def shard_hash(partition: int) -> int:
+        return topic_partition_hash((CONSUMER_OFFSETS_TOPIC, partition))
+
+    listed = state.groups.listed(
+        state.group_partitions_led_by(ctx.broker_id), shard_hash,
+        list(req.states_filter) if v >= 4 else [],
+        list(req.types_filter) if v >= 5 else [])
+    Listed = ListGroupsResponse.ListedGroup
+    return ListGroupsResponse(
+        version=v, throttle_time_ms=0, error_code=NONE,
+        groups=[Listed(group_id=g.group_id, protocol_type=g.protocol_type,
+                       group_state=g.state, group_type=CLASSIC_GROUP_TYPE) for g in listed])
+
+
+def handle_describe_groups(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    """Groups are answered per coordinator shard: Kafka's GroupCoordinatorService groups the ids
+    in a HashMap keyed by __consumer_offsets TopicPartition and concatenates the shards'
+    answers. An id the coordinator does not know is "Dead" without error (14). No group has
+    members; authorized_operations is never filled in (as in Metadata)."""
+    v = ctx.api_version
+    Described = DescribeGroupsResponse.DescribedGroup
+    by_shard: dict[int, list[str]] = {}
+    for group_id in req.groups:
+        by_shard.setdefault(state.group_partition_for(group_id), []).append(group_id)
+    shards = java_hash_map_order(
+        list(by_shard), lambda p: topic_partition_hash((CONSUMER_OFFSETS_TOPIC, p)))
+    described = []
+    for shard in shards:
+        for group_id in by_shard[shard]:
+            if not _is_group_coordinator(state, ctx.broker_id, group_id):
+                described.append(Described(
+                    error_code=NOT_COORDINATOR, error_message=None, group_id=group_id,
+                    group_state="", protocol_type="", protocol_data="", members=[],
+                    authorized_operations=UNAUTHORIZED_OPERATIONS))
+                continue
+            group = state.groups.groups.get(group_id)
+            described.append(Described(
+                error_code=NONE, error_message=None, group_id=group_id,
+                group_state=DEAD_STATE if group is None else group.state,
+                protocol_type="" if group is None else group.protocol_type,
+                protocol_data="", members=[], authorized_operations=UNAUTHORIZED_OPERATIONS))
+    return DescribeGroupsResponse(version=v, throttle_time_ms=0, groups=described)
+
+
 HANDLERS: dict[int, Handler] = {
     0: handle_produce,
     1: handle_fetch,
     2: handle_list_offsets,
     3: handle_metadata,
+    8: handle_offset_commit,
+    9: handle_offset_fetch,
     10: handle_find_coordinator,
     22: handle_init_producer_id,
     24: handle_add_partitions_to_txn,
     25: handle_add_offsets_to_txn,
     26: handle_end_txn,
     27: handle_write_txn_markers,
+    15: handle_describe_groups,
+    16: handle_list_groups,
     28: handle_txn_offset_commit,
     32: handle_describe_configs,
     61: handle_describe_producers,

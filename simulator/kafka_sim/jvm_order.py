@@ -24,6 +24,11 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def topic_partition_hash(tp: tuple[str, int]) -> int:
+    """org.apache.kafka.common.TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode."""
+    return 31 * (31 + tp[1]) + java_string_hash(tp[0])
+
+
 def java_list_hash(values: Sequence[int]) -> int:
     """java.util.List.hashCode of Integers (unsigned 32-bit form)."""
     h = 1

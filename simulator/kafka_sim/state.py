@@ -20,14 +20,25 @@ from kafka_sim.coordinator import (
     CONSUMER_OFFSETS_TOPIC,
     TRANSACTION_STATE_TOPIC,
     TransactionCoordinator,
+    partition_for,
 )
+from kafka_sim.groups import GroupCoordinator
+from kafka_sim.jvm_order import java_string_hash, scala_mutable_hash_order
 from kafka_sim.log import PartitionLog
 from kafka_sim.versions import PROFILES, VersionProfile
 
 # ConfigSource (DescribeConfigsResponse)
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 CONFIG_TYPE_STRING = 2
+CONFIG_TYPE_LIST = 7
+
+TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, int]] = {
+    "cleanup.policy": ("log.cleanup.policy", CONFIG_TYPE_LIST),
+}
+"""Topic config -> (the broker setting it defaults to, its ConfigType), where a capture shows it
+(15)."""
 
 # Kafka defaults of the two settings the captured broker had changed (06, 07); everything else
 # in CAPTURED_BROKER_CONFIGS is what that broker reported and stands as this simulator's
@@ -144,6 +155,7 @@ class ClusterState:
             num_partitions=self.config_int("transaction.state.log.num.partitions"),
             server_transaction_version=self.profile.transaction_version(),
         )
+        self.groups = GroupCoordinator(self.group_partition_for)
         self._rng = random.Random()
         start = self.clock.now_ms()
         self._next_timeout_sweep_ms = start + self.config_int(
@@ -209,6 +221,34 @@ class ClusterState:
                 e = ConfigEntry(e.name, f"PLAINTEXT://{host}:{port}", e.read_only, e.source,
                                 e.is_sensitive, e.config_type)
             out.append(e)
+        return out
+
+    def topic_configs(
+        self, topic: Topic, keys: set[str] | None
+    ) -> list[tuple[str, str | None, int, int]]:
+        """DescribeConfigs TOPIC entries: (name, value, config_source, config_type).
+
+        A setting of the topic's own is DYNAMIC_TOPIC_CONFIG (1). A requested key the topic does
+        not set, of the topic configs in TOPIC_CONFIG_SYNONYMS, reports the broker setting it
+        defaults to, with that setting's source (15: cleanup.policy "delete", DEFAULT_CONFIG).
+        Without keys only the topic's own settings are listed (the full default list of a
+        real broker is not captured).
+        """
+        out: list[tuple[str, str | None, int, int]] = []
+        for name, value in topic.configs.items():
+            if keys is None or name in keys:
+                ctype = TOPIC_CONFIG_SYNONYMS.get(name, (name, CONFIG_TYPE_STRING))[1]
+                out.append((name, value, SOURCE_DYNAMIC_TOPIC_CONFIG, ctype))
+        for name in keys or ():
+            if name in topic.configs or name not in TOPIC_CONFIG_SYNONYMS:
+                continue
+            broker_name, ctype = TOPIC_CONFIG_SYNONYMS[name]
+            entry = next((e for e in self._configs if e.name == broker_name), None)
+            if entry is not None:
+                out.append((name, entry.value, entry.source, ctype))
+        if keys is not None:
+            # Filtered by key like the broker's own entries: a Scala mutable.HashMap's order (07).
+            out = scala_mutable_hash_order(out, lambda e: java_string_hash(e[0]))
         return out
 
     def config(self, name: str) -> str | None:
@@ -371,13 +411,25 @@ class ClusterState:
             return None
         return p.leader_id, p.leader_epoch
 
-    def group_coordinator(self, group_id: str) -> tuple[int, int] | None:
-        from kafka_sim.coordinator import partition_for
+    def group_partition_for(self, group_id: str) -> int:
+        """The group's __consumer_offsets partition (Utils.abs(groupId.hashCode) % partitions)."""
+        topic = self.topics.get(CONSUMER_OFFSETS_TOPIC)
+        count = len(topic.partitions) if topic is not None else self.config_int(
+            "offsets.topic.num.partitions")
+        return partition_for(group_id, count)
 
+    def group_partitions_led_by(self, broker_id: int) -> list[int]:
+        """The __consumer_offsets partitions whose group coordinator `broker_id` is."""
+        topic = self.topics.get(CONSUMER_OFFSETS_TOPIC)
+        if topic is None or broker_id not in self.alive:
+            return []
+        return [p.index for p in topic.partitions if p.leader_id == broker_id]
+
+    def group_coordinator(self, group_id: str) -> tuple[int, int] | None:
         topic = self.topics.get(CONSUMER_OFFSETS_TOPIC)
         if topic is None:
             return None
-        p = topic.partitions[partition_for(group_id, len(topic.partitions))]
+        p = topic.partitions[self.group_partition_for(group_id)]
         if p.leader_id == -1 or p.leader_id not in self.alive:
             return None
         return p.leader_id, p.leader_epoch

@@ -1,11 +1,12 @@
 """Loading the real-broker captures and comparing a simulator answer with them, field by field.
 
-The captures (tests/data/real-kafka-4.0, README there) are decoded with kafka-python; the
-simulator's answer is decoded the same way and both are turned into plain JSON-like values
-(`to_plain`). `compare()` walks both trees and reports every differing leaf by path
-(``topics[0].partitions[1].last_timestamp``). A value may differ from the capture only where a
-`Rule` for its path says so, and then only if the rule's relation holds. The rules in use are
-listed in NORMALISATIONS (test_conformance_4_0.py) so the allowed differences are explicit.
+The captures (tests/data/real-kafka-4.0 and tests/data/real-kafka-4.0-groups, README in each)
+are decoded with kafka-python; the simulator's answer is decoded the same way and both are
+turned into plain JSON-like values (`to_plain`). `compare()` walks both trees and reports every
+differing leaf by path (``topics[0].partitions[1].last_timestamp``). A value may differ from the
+capture only where a `Rule` for its path says so, and then only if the rule's relation holds.
+The rules in use are listed (NORMALISATIONS in rules.py, GROUP_NORMALISATIONS in
+test_conformance_groups_4_0.py) so the allowed differences are explicit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from kafka.record.util import calc_crc32c
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "real-kafka-4.0"
+GROUPS_DATA_DIR = DATA_DIR.parent / "real-kafka-4.0-groups"
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,11 @@ class Capture:
 
     @property
     def correlation_id(self) -> int:
-        return int(self.data["request_header"]["correlation_id"])
+        header = self.data.get("request_header")
+        if header is not None:
+            return int(header["correlation_id"])
+        # Files without a decoded header: api_key, api_version, then correlation_id (int32).
+        return int(struct.unpack_from(">i", self.request_bytes, 4)[0])
 
     @property
     def response_version(self) -> int:
@@ -69,15 +75,15 @@ class Capture:
         return bool(self.data.get("connection_closed", False))
 
 
-def load_captures() -> dict[str, Capture]:
+def load_captures(data_dir: Path = DATA_DIR) -> dict[str, Capture]:
     out: dict[str, Capture] = {}
-    for path in sorted(DATA_DIR.glob("*.json")):
+    for path in sorted(data_dir.glob("*.json")):
         out[path.name] = Capture(path.name, json.loads(path.read_text()))
     return out
 
 
-def exchange_files() -> list[str]:
-    return [name for name, cap in load_captures().items() if cap.is_exchange]
+def exchange_files(data_dir: Path = DATA_DIR) -> list[str]:
+    return [name for name, cap in load_captures(data_dir).items() if cap.is_exchange]
 
 
 # ---------------------------------------------------------------------------------------------

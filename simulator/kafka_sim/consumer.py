@@ -1,0 +1,105 @@
+"""A consumer group member that never joins: kafka-python's KafkaConsumer with `assign()` + commit.
+
+This is how many applications (and kafka-python users) consume: they pick partitions themselves
+and commit offsets under a group id with generation -1 and an empty member id, which creates a
+"simple" group on the coordinator (docs/kafka-semantics.md, "Consumer groups and committed
+offsets"). A `read_committed` consumer reads only up to the last stable offset, so behind a
+hanging transaction it stops there and its committed offset stays at the LSO while the high
+watermark moves on: what the exporter's blocked-group detection looks for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kafka import KafkaConsumer
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+__all__ = ["ConsumedPosition", "commit_offset", "consume_and_commit"]
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedPosition:
+    """What one consume-and-commit pass did on one partition."""
+
+    group_id: str
+    topic: str
+    partition: int
+    records_read: int
+    committed_offset: int
+    end_offset: int
+    """The end this consumer can see: the LSO for read_committed, else the high watermark."""
+
+
+def _consumer(
+    bootstrap: str | Sequence[str], group_id: str, isolation_level: str, client_id: str
+) -> KafkaConsumer:
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        client_id=client_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level=isolation_level,
+        request_timeout_ms=10000,
+    )
+
+
+def consume_and_commit(
+    bootstrap: str | Sequence[str],
+    group_id: str,
+    topic: str,
+    partition: int,
+    *,
+    isolation_level: str = READ_COMMITTED,
+    timeout_s: float = 10.0,
+    client_id: str = "kafka-txn-sim-consumer",
+) -> ConsumedPosition:
+    """Assign one partition, read from the committed offset (or the start) to the end this
+    isolation level sees, commit the position (OffsetCommit, generation -1) and close."""
+    tp = TopicPartition(topic, partition)
+    consumer = _consumer(bootstrap, group_id, isolation_level, client_id)
+    try:
+        consumer.assign([tp])
+        end = int(consumer.end_offsets([tp])[tp])
+        read = 0
+        deadline = time.monotonic() + timeout_s
+        while consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{group_id}: position {consumer.position(tp)} never reached {end} "
+                    f"on {topic}-{partition}"
+                )
+            read += sum(len(v) for v in consumer.poll(timeout_ms=100).values())
+        consumer.commit()
+        committed = consumer.committed(tp)
+        return ConsumedPosition(
+            group_id, topic, partition, read, -1 if committed is None else int(committed), end
+        )
+    finally:
+        consumer.close(autocommit=False)
+
+
+def commit_offset(
+    bootstrap: str | Sequence[str],
+    group_id: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    client_id: str = "kafka-txn-sim-consumer",
+) -> None:
+    """Commit an offset without reading (no leader epoch, -1), as an admin or a consumer
+    restoring its own position does."""
+    tp = TopicPartition(topic, partition)
+    consumer = _consumer(bootstrap, group_id, READ_UNCOMMITTED, client_id)
+    try:
+        consumer.assign([tp])
+        consumer.commit({tp: OffsetAndMetadata(offset, "", -1)})
+    finally:
+        consumer.close(autocommit=False)
