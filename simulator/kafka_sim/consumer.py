@@ -2,10 +2,10 @@
 
 This is how many applications (and kafka-python users) consume: they pick partitions themselves
 and commit offsets under a group id with generation -1 and an empty member id, which creates a
-"simple" group on the coordinator (docs/kafka-semantics.md, "Consumer groups and committed
-offsets"). A `read_committed` consumer reads only up to the last stable offset, so behind a
-hanging transaction it stops there and its committed offset stays at the LSO while the high
-watermark moves on: what the exporter's blocked-group detection looks for.
+"simple" group on the coordinator (docs/kafka-semantics.md#consumer-groups). A
+`read_committed` consumer reads only up to the last stable offset, so behind a hanging
+transaction it stops there and its committed offset stays at the LSO while the high watermark
+moves on: what the exporter's blocked-group detection looks for.
 """
 
 from __future__ import annotations

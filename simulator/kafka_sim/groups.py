@@ -5,7 +5,7 @@ generation -1 and an empty member id, as kafka-python sends it) and what a monit
 reads back: such a commit creates a "simple" classic group (state Empty, no protocol type) that
 ListGroups lists and OffsetFetch answers from. Joining a group (JoinGroup/SyncGroup, KIP-848
 heartbeats) is not simulated, so no group ever has members. The Kafka facts relied on are in
-docs/kafka-semantics.md ("Consumer groups and committed offsets").
+docs/kafka-semantics.md#consumer-groups.
 
 All state is confined to the simulator's event-loop thread, like `ClusterState`.
 """

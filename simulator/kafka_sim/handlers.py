@@ -805,7 +805,7 @@ def handle_describe_transactions(state: ClusterState, ctx: RequestContext, req: 
 
 
 # -- Consumer groups: OffsetCommit (8), OffsetFetch (9), ListGroups (16) ----------------------
-# Semantics: docs/kafka-semantics.md ("Consumer groups and committed offsets").
+# Semantics: docs/kafka-semantics.md#consumer-groups
 def _is_group_coordinator(state: ClusterState, broker_id: int, group_id: str) -> bool:
     coord = state.group_coordinator(group_id)
     return coord is not None and coord[0] == broker_id

@@ -1,9 +1,9 @@
 """Consumer groups in the simulated brokers: commits without membership, what is read back.
 
 Calls BrokerRouter.handle() directly on a 3-broker ClusterState, so which broker answers is
-explicit. The behaviours are those of docs/kafka-semantics.md ("Consumer groups and committed
-offsets"); the real-broker captures of tests/data/real-kafka-4.0-groups are checked separately
-in tests/conformance/test_conformance_groups_4_0.py.
+explicit. The behaviours are those of docs/kafka-semantics.md#consumer-groups; the real-broker
+captures of tests/data/real-kafka-4.0-groups are checked separately in
+tests/conformance/test_conformance_groups_4_0.py.
 """
 
 from __future__ import annotations
