@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import html
 import io
+import json
+import os
 import shlex
 import shutil
+import signal
 import struct
 import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -28,6 +34,8 @@ from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller
 from exporter.expose.status import (
     CONTENT_SECURITY_POLICY,
+    REFRESH_SECONDS,
+    RUNBOOK_URL,
     abort_command_line,
     render_status_page,
 )
@@ -37,6 +45,7 @@ from exporter.settings import ClusterSettings
 XSS_ID = "<script>alert(1)</script>"
 CONFIG_FILE = "/etc/kte/config with space.yaml"
 SCREENSHOT_SIZE = (1280, 900)
+PHONE_WIDTH = 412  # CSS px of a common phone (e.g. Pixel 7) in portrait
 
 
 # --------------------------------------------------------------------------- the browser
@@ -75,6 +84,75 @@ def screenshot(page: bytes, tmp_path: Path) -> Path:
     subprocess.run(
         [*_chromium_args(tmp_path / "profile-shot"), f"--screenshot={png}",
          f"--window-size={SCREENSHOT_SIZE[0]},{SCREENSHOT_SIZE[1]}", html_file.as_uri()],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    return png
+
+
+# Headless Chromium will not make its window narrower than 500 px, so the page is laid out in
+# an iframe of the wanted width inside a harness page (media queries follow the iframe's width).
+def _harness(tmp_path: Path, inner: Path, width: int, height: int) -> Path:
+    outer = tmp_path / f"harness-{inner.stem}.html"
+    outer.write_text(
+        '<!DOCTYPE html><html><body style="margin:0">'
+        f'<iframe src="{inner.name}" width="{width}" height="{height}" style="border:0">'
+        '</iframe><pre id="probe-result"></pre><script>addEventListener("message", e => '
+        '{ document.getElementById("probe-result").textContent = e.data; });</script>'
+        "</body></html>",
+        encoding="utf-8",
+    )
+    return outer
+
+
+# Test-only probe: after layout, list every element whose box ends right of the viewport.
+# The page itself never runs script (its CSP forbids it); the probe runs in a copy of the page
+# whose CSP meta tag is removed, with the page's own CSS and markup otherwise unchanged.
+_OVERFLOW_PROBE = """<script>
+addEventListener("load", () => {
+  const width = document.documentElement.clientWidth;
+  const wide = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && box.right > width + 0.5) {
+      wide.push(el.tagName.toLowerCase() + "." + el.className + " right=" + Math.round(box.right));
+    }
+  }
+  parent.postMessage(JSON.stringify({viewport: width,
+    scrollWidth: document.documentElement.scrollWidth, wide: wide}), "*");
+});
+</script>"""
+
+
+def layout_at_width(page: bytes, tmp_path: Path, width: int) -> dict[str, object]:
+    """Lay the page out in Chromium at `width` CSS px; what overflows horizontally."""
+    text = page.decode()
+    csp = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
+    assert csp in text
+    inner = tmp_path / "status-probe.html"
+    inner.write_text(
+        text.replace(csp, "").replace("</body>", _OVERFLOW_PROBE + "</body>"), encoding="utf-8"
+    )
+    outer = _harness(tmp_path, inner, width, 900)
+    result = subprocess.run(
+        [*_chromium_args(tmp_path / "profile-probe"), "--virtual-time-budget=5000",
+         "--hide-scrollbars",
+         "--dump-dom", outer.as_uri()],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    (report,) = Dom(result.stdout).texts("pre")
+    data: dict[str, object] = json.loads(report)
+    return data
+
+
+def screenshot_at_width(page: bytes, tmp_path: Path, width: int, height: int) -> Path:
+    """The unmodified page (CSP and all) at `width` CSS px, as a PNG `width` px wide."""
+    inner = tmp_path / "status-narrow.html"
+    inner.write_bytes(page)
+    outer = _harness(tmp_path, inner, width, height)
+    png = tmp_path / f"status-{width}.png"
+    subprocess.run(
+        [*_chromium_args(tmp_path / "profile-narrow"), f"--screenshot={png}",
+         f"--window-size={width},{height}", "--hide-scrollbars", outer.as_uri()],
         capture_output=True, text=True, timeout=30, check=True,
     )
     return png
@@ -288,3 +366,98 @@ def test_the_command_copied_from_the_page_aborts_the_transaction(
     assert code == EXIT_ABORTED, err.getvalue()
     assert f"--start-offset {start}" in command
     assert f"last stable offset {start} -> {start + 2}" in out.getvalue()
+
+
+def test_page_refreshes_itself_without_script_and_links_the_runbook() -> None:
+    page = _example_page().decode()
+    dom = Dom(page)
+    metas = {m.get("http-equiv", ""): m.get("content", "") for m in dom.tags("meta")}
+    assert metas["refresh"] == str(REFRESH_SECONDS)
+    assert metas["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert "script-src" not in CONTENT_SECURITY_POLICY and "default-src 'none'" in (
+        CONTENT_SECURITY_POLICY)
+    assert dom.tags("script") == []
+    links = [a["href"] for a in dom.tags("a")]
+    assert RUNBOOK_URL in links
+    assert f"{RUNBOOK_URL}#kafkahangingtransaction" in links
+    assert f"{RUNBOOK_URL}#check-before-aborting" in links
+    no_refresh = render_status_page({}, refresh_seconds=0).decode()
+    assert 'http-equiv="refresh"' not in no_refresh
+
+
+@pytest.mark.system_tools  # chromium
+def test_page_is_usable_at_phone_width(tmp_path: Path) -> None:
+    """At 412 px nothing sticks out sideways: tables become one card per row, the abort
+    command wraps. A screenshot is kept next to the test's files for a look."""
+    layout = layout_at_width(_example_page(), tmp_path, PHONE_WIDTH)
+    assert layout["viewport"] == PHONE_WIDTH
+    assert layout["wide"] == [] and layout["scrollWidth"] == PHONE_WIDTH, layout
+    # The same check catches the old layout: a desktop-only table does overflow.
+    wide_table = _example_page().replace(b"transactions cards", b"transactions")
+    assert layout_at_width(wide_table, tmp_path, PHONE_WIDTH)["wide"] != []
+    png = screenshot_at_width(_example_page(), tmp_path, PHONE_WIDTH, 1800)
+    data = png.read_bytes()
+    assert struct.unpack(">II", data[16:24]) == (PHONE_WIDTH, 1800)
+    assert len(data) > 30_000
+
+
+def _start_daemon(config: Path) -> tuple[subprocess.Popen[bytes], int]:
+    log_path = config.with_suffix(".log")
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--config", config.name],
+            cwd=config.parent, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={k: v for k, v in os.environ.items() if not k.startswith("KTE_")},
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if '"exporter_started"' in line:
+                listen = json.loads(line)["listen"]
+                return proc, int(listen.rsplit(":", 1)[1].split("/", 1)[0])
+        assert proc.poll() is None, log_path.read_text(encoding="utf-8", errors="replace")
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the exporter did not start")
+
+
+def test_the_daemons_page_command_carries_its_config_and_aborts_as_shown(
+    sim: SimCluster, tmp_path: Path
+) -> None:
+    """`serve --config <relative path>`: the page's command names the absolute config path,
+    and run as shown (plus --yes) it aborts the hanging transaction."""
+    servers = sim.bootstrap_servers.split(",")
+    config = tmp_path / "kte.yaml"
+    config.write_text(
+        "clusters:\n  - name: sim\n    bootstrap_servers: [" + ", ".join(servers) + "]\n"
+        "    poll_interval_seconds: 1\n"
+        "web:\n  listen_address: 127.0.0.1\n  port: 0\n"
+        "log:\n  format: json\n"
+        "admin:\n  clusters:\n    - name: sim\n",
+        encoding="utf-8",
+    )
+    # Written 15 minutes ago: late at once (60 s max timeout + the 5 min default buffer).
+    _, _, start = hanging_transaction(sim.bootstrap_servers, "hang-d", "t", 0,
+                                      backdate_ms=15 * 60_000)
+    proc, port = _start_daemon(config)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                page = response.read()
+            commands = Dom(page.decode()).texts("code", "cmd")
+            if commands or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        (command,) = commands
+        argv = shlex.split(command)
+        assert argv[argv.index("--config") + 1] == str(config.resolve())
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir("/")  # run from elsewhere: the path must not depend on the daemon's cwd
+            code = run_abort([*argv[2:], "--yes"], stdout=out, stderr=err, env={})
+        assert code == EXIT_ABORTED, err.getvalue()
+        assert f"--start-offset {start}" in command
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)

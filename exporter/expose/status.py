@@ -1,7 +1,9 @@
 """The status page at `/`: per cluster, broker health and the late/hanging transactions.
 
 Server-rendered HTML that reads without JavaScript and loads nothing from elsewhere (an
-operator opens it during an incident, possibly from a locked-down network). Every value that
+operator opens it during an incident, possibly from a locked-down network). It reloads itself
+with a meta refresh (no script, so the strict CSP stays), links the runbook, and turns its
+tables into one card per row on narrow screens (a phone, 412 px wide). Every value that
 came from Kafka or the config (topic names, transactional ids, cluster names, errors) goes
 through `html.escape`: a transactional id is chosen by whoever runs the producer. The abort
 command lines are `shlex.quote`d so that they can be pasted into a shell as they are.
@@ -18,6 +20,10 @@ from collections.abc import Mapping, Sequence
 from exporter.model import Classification, ClusterSnapshot, LateTransaction, TopicPartition
 
 DEFAULT_ABORT_COMMAND: tuple[str, ...] = ("kafka-txn-exporter", "abort")
+REFRESH_SECONDS = 30
+"""The page reloads itself this often: a poll interval's worth by default."""
+RUNBOOK_URL = "https://github.com/kafka-txn-exporter/kafka-txn-exporter/blob/main/docs/runbook.md"
+"""docs/runbook.md as published; the alerts' runbook_url points at the same file."""
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 )
@@ -59,6 +65,21 @@ code.cmd { display: block; background: #111827; color: #e5e7eb; padding: 6px 10p
 .empty { color: #166534; }
 .error { color: #991b1b; }
 .tid { word-break: break-all; }
+body { overflow-wrap: anywhere; }
+@media (max-width: 640px) {
+  header { padding: 10px 12px; }
+  main { padding: 4px 8px 24px; }
+  section.cluster { padding: 4px 10px 10px; }
+  table.cards, table.cards tbody, table.cards tr, table.cards td { display: block; }
+  table.cards thead { display: none; }
+  table.cards tr { border-bottom: 1px solid #d1d5db; padding: 4px 0; }
+  table.cards td, table.cards td.num { border: 0; padding: 1px 4px; text-align: left;
+                                       white-space: normal; }
+  table.cards td[data-label]::before { content: attr(data-label) ": "; color: #4b5563;
+                                       font-size: 12px; }
+  table.cards tr.txn { border-bottom: 0; }
+  table.cards tr.cmd-row td:first-child { display: none; }
+}
 """
 
 
@@ -69,12 +90,15 @@ def render_status_page(
     config_file: str | None = None,
     abort_command: Sequence[str] = DEFAULT_ABORT_COMMAND,
     now_ms: int | None = None,
+    refresh_seconds: int = REFRESH_SECONDS,
+    runbook_url: str = RUNBOOK_URL,
 ) -> bytes:
     """The whole page as UTF-8 HTML.
 
     `snapshots`: cluster name -> its current snapshot (None before the first successful poll
     or after a failed one); `errors`: cluster name -> the store's last error; `config_file`
-    goes into the abort command lines as `--config` (omitted when unknown).
+    goes into the abort command lines as `--config` (omitted when unknown); the page reloads
+    every `refresh_seconds` (0: never).
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     errors = errors or {}
@@ -83,10 +107,15 @@ def render_status_page(
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         # Defence in depth behind html.escape: no script, no outside request of any kind.
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">",
+        # Reload without JavaScript; CSP does not govern a meta refresh to the page itself.
+        f"<meta http-equiv=\"refresh\" content=\"{int(refresh_seconds)}\">"
+        if refresh_seconds > 0 else "",
         "<title>kafka-txn-exporter status</title>",
         f"<style>{_CSS}</style></head><body>",
         "<header><h1>kafka-txn-exporter</h1>",
         f"<p>Late and hanging Kafka transactions &middot; page rendered {_e(_utc(now))} "
+        + (f"(refreshes every {int(refresh_seconds)} s) " if refresh_seconds > 0 else "")
+        + f"&middot; <a href=\"{_e(runbook_url)}\" rel=\"noopener noreferrer\">runbook</a> "
         "&middot; <a href=\"metrics\">/metrics</a> &middot; <a href=\"healthz\">/healthz</a>"
         " &middot; <a href=\"readyz\">/readyz</a></p></header><main>",
     ]
@@ -95,13 +124,15 @@ def render_status_page(
     for name in sorted(snapshots):
         parts.append(
             _cluster_section(name, snapshots[name], errors.get(name), config_file,
-                             abort_command, now)
+                             abort_command, now, runbook_url)
         )
     parts.append(
         "<p class=\"note\">Only <strong>hanging</strong> transactions get an abort command: "
         "the coordinator still tracks <em>coordinator_tracked</em> ones and will end them, "
         "and <em>unknown</em> ones could not be checked. The command detects again and "
-        "prints what it would write; add <code>--yes</code> to write the ABORT marker.</p>"
+        "prints what it would write; add <code>--yes</code> to write the ABORT marker. "
+        f"Before aborting, follow <a href=\"{_e(runbook_url)}#check-before-aborting\" "
+        "rel=\"noopener noreferrer\">the runbook's checks</a>.</p>"
     )
     parts.append("</main></body></html>\n")
     return "".join(parts).encode("utf-8")
@@ -134,6 +165,7 @@ def _cluster_section(
     config_file: str | None,
     abort_command: Sequence[str],
     now_ms: int,
+    runbook_url: str,
 ) -> str:
     anchor = _e("cluster-" + name)
     if snapshot is None:
@@ -168,7 +200,7 @@ def _cluster_section(
     if error:
         out.append(f"<p class=\"error\">Last error: {_e(error)}</p>")
     out.append(_brokers_table(snapshot))
-    out.append(_transactions_table(name, snapshot, config_file, abort_command))
+    out.append(_transactions_table(name, snapshot, config_file, abort_command, runbook_url))
     if snapshot.request_errors:
         counts: dict[tuple[int, str, str], int] = {}
         for err in snapshot.request_errors:
@@ -204,10 +236,11 @@ def _brokers_table(snapshot: ClusterSnapshot) -> str:
             f"<tr data-broker=\"{b.broker_id}\"><td class=\"num\">{b.broker_id}</td>"
             f"<td>{status}</td><td class=\"num\">{_e(timeout)}</td>{cells}</tr>"
         )
+    rows = [_label_cells(row, _BROKER_LABELS) for row in rows]
     if not rows:
         return "<h3>Brokers</h3><p class=\"error\">No broker answered.</p>"
     return (
-        "<h3>Brokers</h3><table class=\"brokers\"><thead><tr><th class=\"num\">Broker</th>"
+        "<h3>Brokers</h3><table class=\"brokers cards\"><thead><tr><th class=\"num\">Broker</th>"
         "<th>Status</th><th class=\"num\">transaction.max.timeout.ms</th>"
         "<th class=\"num\">Partitions with open txns</th><th class=\"num\">late</th>"
         "<th class=\"num\">hanging</th></tr></thead><tbody>" + "".join(rows)
@@ -220,6 +253,7 @@ def _transactions_table(
     snapshot: ClusterSnapshot,
     config_file: str | None,
     abort_command: Sequence[str],
+    runbook_url: str,
 ) -> str:
     title = f"<h3>Late and hanging transactions ({len(snapshot.late_transactions)})</h3>"
     if not snapshot.late_transactions:
@@ -233,7 +267,7 @@ def _transactions_table(
             if late.transactional_id else "<em class=\"note\">none</em>"
         )
         cls = late.classification.value
-        rows.append(
+        rows.append(_label_cells(
             f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
             f"<td class=\"num\">{_e(_duration(late.age_seconds))}</td>"
             f"<td><span class=\"badge {_e(cls)}\">{_e(cls)}</span></td>"
@@ -242,11 +276,16 @@ def _transactions_table(
             f"<td class=\"num\">{txn.coordinator_epoch}</td>"
             f"<td>{tid}</td>"
             f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
-            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td></tr>"
-        )
+            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td></tr>",
+            _TRANSACTION_LABELS,
+        ))
         if late.classification is Classification.HANGING:
             command = abort_command_line(cluster, late, config_file, abort_command)
-            action = f"<code class=\"cmd\">{_e(command)}</code>"
+            action = (
+                f"<code class=\"cmd\">{_e(command)}</code>"
+                f"<span class=\"note\"><a href=\"{_e(runbook_url)}#kafkahangingtransaction\" "
+                "rel=\"noopener noreferrer\">Runbook: confirm, check, then abort</a></span>"
+            )
         elif late.classification is Classification.COORDINATOR_TRACKED:
             action = (
                 "<span class=\"note\">No abort: the coordinator still lists this partition "
@@ -260,11 +299,27 @@ def _transactions_table(
             )
         rows.append(f"<tr class=\"cmd-row\"><td></td><td colspan=\"7\">{action}</td></tr>")
     return (
-        title + "<table class=\"transactions\"><thead><tr><th class=\"num\">Age</th>"
+        title + "<table class=\"transactions cards\"><thead><tr><th class=\"num\">Age</th>"
         "<th>Classification</th><th>Partition</th><th class=\"num\">Producer id / epoch</th>"
         "<th class=\"num\">Coordinator epoch</th><th>Transactional id</th>"
         "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th></tr></thead><tbody>"
         + "".join(rows) + "</tbody></table>"
+    )
+
+
+_BROKER_LABELS = ("Broker", "Status", "transaction.max.timeout.ms", "Partitions with open txns",
+                  "late", "hanging")
+_TRANSACTION_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
+                       "Coordinator epoch", "Transactional id", "Start offset", "LSO lag")
+
+
+def _label_cells(row: str, labels: Sequence[str]) -> str:
+    """Give the row's cells, in order, `data-label`s: the narrow layout shows them as
+    "label: value" in place of the hidden table header."""
+    parts = row.split("<td")
+    return parts[0] + "".join(
+        f"<td data-label=\"{_e(label)}\"{rest}" for label, rest in zip(labels, parts[1:],
+                                                                     strict=True)
     )
 
 
