@@ -1,39 +1,24 @@
-"""Command line: `serve`, `scan`, `demo`, `sim`, `--version`.
+"""Command line: `serve`, `scan`, `demo`, `sim`, `abort`, `spark`, `--version`.
 
 A thin shell: parse flags, load settings (exit 2 with the field named on a bad config),
-configure logging, then hand over to the scheduler/HTTP server, the scanner, the demo or the
-simulator.
+configure logging, then hand over to the application (exporter.app), the scanner, the demo or
+the simulator. Each command imports what it runs only when it runs: `scan` and `--version`
+load neither the HTTP server nor the scheduler.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from exporter import __version__
-from exporter.config import ConfigError, Overrides, env_help, load_settings
-from exporter.expose.http import MetricsServer
-from exporter.expose.registry import build_registry
-from exporter.logs import configure_logging, get_logger
-from exporter.scheduler import ClusterJob, PollScheduler, make_cluster_job
-from exporter.settings import ClusterSettings, ExporterSettings
-from exporter.snapshots import SnapshotStore
-
-if TYPE_CHECKING:
-    from exporter.history import HistoryWriter
-
-PROG = "kafka-txn-exporter"
-EXIT_CONFIG_ERROR = 2
-SHUTDOWN_POLL_WAIT_SECONDS = 2.5
-"""How long a stop waits for a running poll; with HTTP shutdown it stays under 5 s."""
+from exporter.config import Overrides, env_help, load_settings
+from exporter.errors import EXIT_CONFIG_ERROR, ConfigError, say
+from exporter.logs import configure_logging
+from exporter.version import PROG
 
 _CONFIG_HELP = """\
 Configuration: one YAML file (--config or KTE_CONFIG) with `clusters` (a list), `web`, `log`,
@@ -42,101 +27,6 @@ Precedence: flags > environment > file > defaults. A bad value stops start-up wi
 status 2 and the field path, e.g.
   clusters[0].poll_interval_seconds: expected a number of seconds or a duration like '30s'/'5m'
 """
-
-
-def _open_history(settings: ExporterSettings) -> HistoryWriter | None:
-    """The Parquet history writer when `history.directory` is set (needs pyarrow)."""
-    if settings.history.directory is None:
-        return None
-    try:
-        from exporter.history import HistoryWriter
-    except ImportError as exc:
-        raise ConfigError(
-            f"history.directory: writing history needs pyarrow "
-            f"(pip install 'kafka-txn-exporter[history]'): {exc}"
-        ) from exc
-    return HistoryWriter(settings.history.directory, settings.history.retention_days)
-
-
-def serve(
-    settings: ExporterSettings,
-    *,
-    stop: threading.Event | None = None,
-    job_factory: Callable[[ClusterSettings], ClusterJob] = make_cluster_job,
-    on_started: Callable[[MetricsServer], None] | None = None,
-    config_file: str | None = None,
-) -> int:
-    """Run the exporter until `stop` is set or SIGTERM/SIGINT arrives; return the exit code.
-
-    `config_file` only goes into the status page's abort command lines.
-    """
-    log = get_logger("exporter.serve")
-    stop = stop or threading.Event()
-    store = SnapshotStore(settings.clusters)
-    try:
-        history = _open_history(settings)
-    except ConfigError as exc:
-        return _config_error(exc)
-    jobs: list[ClusterJob] = []
-    try:
-        for cluster in settings.clusters:
-            jobs.append(job_factory(cluster))
-    except Exception as exc:  # e.g. an unreadable TLS key: a start-up error, not a poll error
-        for job in jobs:
-            job.close()
-        sys.stderr.write(f"{PROG}: cluster {cluster.name}: cannot create its client: {exc}\n")
-        return EXIT_CONFIG_ERROR
-    if history is not None:
-        jobs = [dataclasses.replace(job, record=history.append) for job in jobs]
-    try:
-        server = MetricsServer(settings.web, build_registry(store), store, config_file)
-    except ConfigError as exc:
-        for job in jobs:
-            job.close()
-        return _config_error(exc)
-    except OSError as exc:
-        for job in jobs:
-            job.close()
-        sys.stderr.write(
-            f"{PROG}: web: cannot listen on {settings.web.listen_address}:{settings.web.port}: "
-            f"{exc.strerror or exc}\n"
-        )
-        return EXIT_CONFIG_ERROR
-    scheduler = PollScheduler(jobs, store)
-
-    def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal_received", signal=signal.Signals(signum).name)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
-
-    server.start()
-    scheduler.start()
-    log.info(
-        "exporter_started",
-        version=__version__,
-        listen=f"{server.scheme}://{server.address}:{server.port}/metrics",
-        clusters=[c.name for c in settings.clusters],
-    )
-    if on_started is not None:
-        on_started(server)
-    while not stop.wait(0.5):
-        pass
-    log.info("exporter_stopping")
-    clean = scheduler.shutdown(timeout_seconds=SHUTDOWN_POLL_WAIT_SECONDS)
-    if history is not None and clean:
-        history.close()
-    server.stop()
-    log.info("exporter_stopped", clean=clean)
-    if not clean and threading.current_thread() is threading.main_thread():
-        # A poll is stuck in a blocking request; its executor thread would keep the interpreter
-        # alive at exit. Leave now so SIGTERM is honoured within the 5 s budget.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
 
 
 # --------------------------------------------------------------------------- argument parsing
@@ -164,11 +54,16 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_web_args(parser: argparse.ArgumentParser, default_port: str = "9981 or config") -> None:
     group = parser.add_argument_group("web")
-    group.add_argument("--web.listen-address", dest="web_listen_address", metavar="ADDRESS",
-                       help="address to listen on (env KTE_WEB_LISTEN_ADDRESS; default 0.0.0.0)")
+    group.add_argument("--web.listen-address", dest="web_listen_address",
+                       metavar="[HOST]:PORT|ADDRESS",
+                       help="where to listen, as exporter-toolkit: ':9981', '0.0.0.0:9981', "
+                            "'[::1]:9981', or an address alone with --web.port (env "
+                            "KTE_WEB_LISTEN_ADDRESS; default 0.0.0.0)")
     group.add_argument("--web.port", dest="web_port", metavar="PORT",
                        help=f"port for /metrics, /healthz, /readyz (env KTE_WEB_PORT; default "
                             f"{default_port})")
+    group.add_argument("--web.telemetry-path", dest="web_telemetry_path", metavar="PATH",
+                       help="path of the metrics (env KTE_WEB_TELEMETRY_PATH; default /metrics)")
     group.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
                        help="exporter-toolkit web config file: tls_server_config (TLS, "
                             "client certificates), basic_auth_users (bcrypt hashes; /metrics "
@@ -238,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo_p.add_argument("--web.listen-address", dest="web_listen_address", default="127.0.0.1",
-                        metavar="ADDRESS", help="address to listen on (default 127.0.0.1)")
+                        metavar="[HOST]:PORT|ADDRESS",
+                        help="where to listen: an address, or [host]:port (default 127.0.0.1)")
     demo_p.add_argument("--web.port", dest="web_port", default="9981", metavar="PORT",
                         help="port for /metrics (default 9981)")
     demo_p.add_argument("--log.format", dest="log_format", default="auto",
@@ -271,6 +167,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
     return Overrides(
         web_listen_address=getattr(args, "web_listen_address", None),
         web_port=getattr(args, "web_port", None),
+        web_telemetry_path=getattr(args, "web_telemetry_path", None),
         web_config_file=getattr(args, "web_config_file", None),
         log_format=args.log_format,
         log_level=args.log_level,
@@ -280,7 +177,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
 
 
 def _config_error(exc: ConfigError) -> int:
-    sys.stderr.write(f"{PROG}: config error: {exc}\n")
+    say(f"config error: {exc}")
     return EXIT_CONFIG_ERROR
 
 
@@ -288,10 +185,8 @@ def _simulator_installed() -> bool:
     """`demo` and `sim` run on the simulator, a distribution of its own: say how to get it."""
     if importlib.util.find_spec("kafka_sim") is not None:
         return True
-    sys.stderr.write(
-        f"{PROG}: the Kafka simulator (package kafka-txn-sim) is not installed; from a clone of "
-        "the repository: pip install ./simulator (scripts/demo does this for you)\n"
-    )
+    say("the Kafka simulator (package kafka-txn-sim) is not installed; from a clone of "
+        "the repository: pip install ./simulator (scripts/demo does this for you)")
     return False
 
 
@@ -358,5 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             clusters = tuple(c for c in clusters if c.name in args.cluster)
         return run_scan(clusters, args.output, sys.stdout, sys.stderr)
 
+    from exporter.app import serve
+
     config_file = args.config or os.environ.get("KTE_CONFIG")
-    return serve(settings, config_file=os.path.abspath(config_file) if config_file else None)
+    overrides = _overrides(args)
+    return serve(
+        settings,
+        config_file=os.path.abspath(config_file) if config_file else None,
+        reload=lambda: load_settings(args.config, overrides=overrides),
+    )

@@ -8,8 +8,8 @@ surfacing as a wrong metric hours later.
 Environment scheme (documented in README and `--help`):
 
 - `KTE_CONFIG` - path of the YAML file (same as `--config`).
-- `KTE_WEB_LISTEN_ADDRESS`, `KTE_WEB_PORT`, `KTE_WEB_CONFIG_FILE`, `KTE_LOG_FORMAT`,
-  `KTE_LOG_LEVEL` - the web listener and logging.
+- `KTE_WEB_LISTEN_ADDRESS`, `KTE_WEB_PORT`, `KTE_WEB_TELEMETRY_PATH`, `KTE_WEB_CONFIG_FILE`,
+  `KTE_LOG_FORMAT`, `KTE_LOG_LEVEL` - the web listener and logging.
 - `KTE_CLUSTER_<FIELD>` - a field of the single cluster, e.g. `KTE_CLUSTER_BOOTSTRAP_SERVERS`,
   `KTE_CLUSTER_POLL_INTERVAL_SECONDS`, `KTE_CLUSTER_TLS_CA_FILE`,
   `KTE_CLUSTER_SASL_PASSWORD_FILE`, `KTE_CLUSTER_LABELS=env=prod,dc=eu1`. They define the cluster
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from exporter.errors import ConfigError as ConfigError  # re-exported: the config layer's error
+from exporter.errors import describe
 from exporter.metrics import RESERVED_LABELS
 from exporter.settings import (
     ClusterSettings,
@@ -41,6 +41,8 @@ from exporter.settings import (
     TlsSettings,
     WebSettings,
 )
+from exporter.webconfig import parse_web_config_file
+from exporter.yamlfile import read_password_file, read_yaml_file
 
 ENV_PREFIX = "KTE_"
 CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
@@ -55,10 +57,6 @@ _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-class ConfigError(Exception):
-    """A configuration problem; the message starts with the field path that is wrong."""
-
-
 # --------------------------------------------------------------------------- value parsers
 # Each parser takes (value, path) and returns the typed value or raises ConfigError. Values
 # from the YAML file arrive typed; values from env/flags arrive as strings, so every parser
@@ -67,8 +65,7 @@ class ConfigError(Exception):
 Parser = Callable[[Any, str], Any]
 
 
-def _describe(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+_describe = describe
 
 
 def parse_duration_seconds(value: Any, path: str) -> float:
@@ -90,18 +87,29 @@ def parse_duration_seconds(value: Any, path: str) -> float:
     return seconds
 
 
-def _positive_duration(value: Any, path: str) -> float:
-    seconds = parse_duration_seconds(value, path)
-    if seconds <= 0:
-        raise ConfigError(f"{path}: must be greater than 0, got {_describe(value)}")
-    return seconds
+DAY_SECONDS = 86_400.0
+DURATION_BOUNDS_SECONDS: dict[str, tuple[float, float]] = {
+    "poll_interval_seconds": (0.5, DAY_SECONDS),
+    "request_timeout_seconds": (0.1, 600.0),
+    "late_buffer_seconds": (0.0, 7 * DAY_SECONDS),
+    "min_reported_duration_seconds": (0.0, 7 * DAY_SECONDS),
+    "config_refresh_seconds": (1.0, 7 * DAY_SECONDS),
+}
+"""Inclusive bounds of every interval (README's configuration reference lists them): below
+them the exporter would flood the brokers, above them it would never poll or never time out."""
 
 
-def _non_negative_duration(value: Any, path: str) -> float:
-    seconds = parse_duration_seconds(value, path)
-    if seconds < 0:
-        raise ConfigError(f"{path}: must not be negative, got {_describe(value)}")
-    return seconds
+def _bounded_duration(key: str) -> Parser:
+    low, high = DURATION_BOUNDS_SECONDS[key]
+
+    def parse(value: Any, path: str) -> float:
+        seconds = parse_duration_seconds(value, path)
+        if not low <= seconds <= high:
+            raise ConfigError(f"{path}: must be between {low:g} and {high:g} seconds, "
+                              f"got {_describe(value)}")
+        return seconds
+
+    return parse
 
 
 def _int(value: Any, path: str) -> int:
@@ -128,8 +136,19 @@ def parse_port(value: Any, path: str) -> int:
     return number
 
 
-def _optional_positive_int(value: Any, path: str) -> int | None:
-    return None if value is None else _positive_int(value, path)
+def _bounded_int(low: int, high: int) -> Parser:
+    def parse(value: Any, path: str) -> int:
+        number = _int(value, path)
+        if not low <= number <= high:
+            raise ConfigError(f"{path}: must be between {low} and {high}, got {number}")
+        return number
+
+    return parse
+
+
+def _optional_bounded_int(low: int, high: int) -> Parser:
+    parse = _bounded_int(low, high)
+    return lambda value, path: None if value is None else parse(value, path)
 
 
 def _str(value: Any, path: str) -> str:
@@ -137,7 +156,45 @@ def _str(value: Any, path: str) -> str:
         raise ConfigError(f"{path}: expected a string, got {_describe(value)}")
     if not value.strip():
         raise ConfigError(f"{path}: must not be empty")
+    if "\0" in value:
+        raise ConfigError(f"{path}: must not contain a NUL character")
     return value
+
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+
+
+def _env_var_name(value: Any, path: str) -> str | None:
+    """The NAME of a variable holding a secret; never echoed (it may be a misplaced secret)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _ENV_NAME_RE.fullmatch(value):
+        raise ConfigError(f"{path}: expected the name of an environment variable (letters, "
+                          "digits and _; the value is not shown in case it is a secret)")
+    return value
+
+
+def _secret_file_name(value: Any, path: str) -> str | None:
+    """The path of a file holding a secret; never echoed (it may be a misplaced secret)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise ConfigError(f"{path}: expected a file name (the value is not shown in case it "
+                          "is a secret)")
+    return value
+
+
+def _read_secret_file(name: str, path: str) -> str:
+    """A password/passphrase file; errors say neither its name nor any of its bytes."""
+    if not Path(name).is_file():
+        raise ConfigError(f"{path}: the file it names does not exist or is not a regular file "
+                          "(the name is not shown in case it is a secret)")
+    try:
+        return read_password_file(name, path)
+    except ConfigError as exc:
+        # read_password_file names the file; say only what went wrong.
+        reason = str(exc).removeprefix(f"{path}: ").replace(repr(name), "the file")
+        raise ConfigError(f"{path}: {reason}") from None
 
 
 def _optional_str(value: Any, path: str) -> str | None:
@@ -151,6 +208,50 @@ def _existing_file(value: Any, path: str) -> str | None:
     if not Path(name).is_file():
         raise ConfigError(f"{path}: file not found: {name!r}")
     return name
+
+
+def parse_listen_address(value: Any, path: str) -> tuple[str, int | None]:
+    """`ADDRESS` or exporter-toolkit's `[host]:port`: `:9981`, `0.0.0.0:9981`, `[::1]:9981`.
+
+    A bare IPv6 address (`::`, `::1`) keeps meaning an address; an empty host means every
+    IPv4 interface (0.0.0.0), the default address.
+    """
+    text = _str(value, path).strip()
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in text):
+        raise ConfigError(f"{path}: must not contain spaces or control characters")
+    port_text: str | None = None
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ConfigError(f"{path}: expected [host]:port, got {_describe(value)}")
+        port_text = rest[1:] if rest else None
+        if rest and not port_text:
+            raise ConfigError(f"{path}: expected a port after ':', got {_describe(value)}")
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+        if not port_text:
+            raise ConfigError(f"{path}: expected a port after ':', got {_describe(value)}")
+    else:
+        host = text
+    host = host or "0.0.0.0"
+    port = parse_port(port_text, path) if port_text is not None else None
+    return host, port
+
+
+RESERVED_PATHS = ("/", "/healthz", "/readyz")
+
+
+def _telemetry_path(value: Any, path: str) -> str:
+    text = _str(value, path).strip()
+    if not text.startswith("/") or len(text) > 200 or any(
+        ord(ch) < 0x21 or ord(ch) == 0x7F or ch in "?#" for ch in text
+    ):
+        raise ConfigError(f"{path}: expected a URL path like /metrics (no spaces, query or "
+                          f"fragment), got {_describe(value)}")
+    if text in RESERVED_PATHS:
+        raise ConfigError(f"{path}: {text} is served by the exporter itself "
+                          f"({', '.join(RESERVED_PATHS)})")
+    return text
 
 
 def _bool(value: Any, path: str) -> bool:
@@ -242,31 +343,40 @@ _TLS_FIELDS: dict[str, Parser] = {
     "ca_file": _existing_file,
     "cert_file": _existing_file,
     "key_file": _existing_file,
+    "key_password_file": _secret_file_name,
     "check_hostname": _bool,
 }
 _SASL_FIELDS: dict[str, Parser] = {
     "mechanism": _choice(SASL_MECHANISMS, upper=True),
     "username": _str,
-    "password_file": _optional_str,
-    "password_env": _optional_str,
+    "password_file": _secret_file_name,
+    "password_env": _env_var_name,
+}
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "describe_producers_batch_size": (1, 100_000),
+    "transaction_max_timeout_ms": (1, 2**31 - 1),
+    "retention_days": (1, 36_500),
 }
 _CLUSTER_FIELDS: dict[str, Parser] = {
     "name": _cluster_name,
     "bootstrap_servers": _bootstrap_servers,
     "client_id": _str,
-    "poll_interval_seconds": _positive_duration,
-    "request_timeout_seconds": _positive_duration,
-    "describe_producers_batch_size": _positive_int,
-    "late_buffer_seconds": _non_negative_duration,
-    "min_reported_duration_seconds": _non_negative_duration,
-    "transaction_max_timeout_ms": _optional_positive_int,
-    "config_refresh_seconds": _positive_duration,
+    "poll_interval_seconds": _bounded_duration("poll_interval_seconds"),
+    "request_timeout_seconds": _bounded_duration("request_timeout_seconds"),
+    "describe_producers_batch_size": _bounded_int(*INT_BOUNDS["describe_producers_batch_size"]),
+    "late_buffer_seconds": _bounded_duration("late_buffer_seconds"),
+    "min_reported_duration_seconds": _bounded_duration("min_reported_duration_seconds"),
+    "transaction_max_timeout_ms": _optional_bounded_int(
+        *INT_BOUNDS["transaction_max_timeout_ms"]
+    ),
+    "config_refresh_seconds": _bounded_duration("config_refresh_seconds"),
     "labels": _labels,
 }
 _NESTED_CLUSTER_FIELDS: dict[str, dict[str, Parser]] = {"tls": _TLS_FIELDS, "sasl": _SASL_FIELDS}
 _WEB_FIELDS: dict[str, Parser] = {
-    "listen_address": _str,
+    "listen_address": parse_listen_address,
     "port": parse_port,
+    "telemetry_path": _telemetry_path,
     "web_config_file": _existing_file,
 }
 _LOG_FIELDS: dict[str, Parser] = {
@@ -275,7 +385,7 @@ _LOG_FIELDS: dict[str, Parser] = {
 }
 _HISTORY_FIELDS: dict[str, Parser] = {
     "directory": _optional_str,
-    "retention_days": _positive_int,
+    "retention_days": _bounded_int(*INT_BOUNDS["retention_days"]),
 }
 _TOP_LEVEL_KEYS = ("clusters", "web", "log", "history", "admin")
 """`admin` holds the abort command's credentials; it is validated by `exporter.abort` (the
@@ -300,6 +410,7 @@ def cluster_env_vars() -> dict[str, tuple[str, ...]]:
 WEB_LOG_ENV_VARS: dict[str, tuple[str, str]] = {
     "KTE_WEB_LISTEN_ADDRESS": ("web", "listen_address"),
     "KTE_WEB_PORT": ("web", "port"),
+    "KTE_WEB_TELEMETRY_PATH": ("web", "telemetry_path"),
     "KTE_WEB_CONFIG_FILE": ("web", "web_config_file"),
     "KTE_LOG_FORMAT": ("log", "format"),
     "KTE_LOG_LEVEL": ("log", "level"),
@@ -312,6 +423,7 @@ class Overrides:
 
     web_listen_address: str | None = None
     web_port: str | None = None
+    web_telemetry_path: str | None = None
     web_config_file: str | None = None
     log_format: str | None = None
     log_level: str | None = None
@@ -323,21 +435,8 @@ class Overrides:
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file: not found: {path!r}") from None
-    except OSError as exc:
-        raise ConfigError(f"config file: cannot read {path!r}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" (line {mark.line + 1}, column {mark.column + 1})"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"config file: invalid YAML{where}: {problem}") from None
+    """The config file (UTF-8; duplicate keys, deep nesting and alias bombs are errors)."""
+    data = read_yaml_file(path, "config file")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -387,17 +486,13 @@ def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslS
     if (password_file is None) == (password_env is None):
         raise ConfigError(f"{path}: set exactly one of password_file or password_env")
     if password_file is not None:
-        try:
-            password = Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as exc:
-            raise ConfigError(
-                f"{path}.password_file: cannot read {password_file!r}: {exc.strerror}"
-            ) from None
+        password = _read_secret_file(password_file, f"{path}.password_file")
     else:
         assert password_env is not None
         if password_env not in env:
             raise ConfigError(
-                f"{path}.password_env: environment variable {password_env!r} is not set"
+                f"{path}.password_env: the environment variable it names is not set (the "
+                "name is not shown in case it is a secret)"
             )
         password = env[password_env]
     if not password:
@@ -406,9 +501,17 @@ def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslS
 
 
 def _build_tls(raw: dict[str, Any], path: str) -> TlsSettings:
+    """Client TLS. The key itself is loaded when the client is made (exporter.tlsfiles): an
+    encrypted one without its passphrase stops start-up naming the field, never prompting."""
     if ("cert_file" in raw) != ("key_file" in raw):
         raise ConfigError(f"{path}: cert_file and key_file must be given together")
-    return TlsSettings(**raw)
+    values = {k: v for k, v in raw.items() if k != "key_password_file"}
+    if raw.get("key_password_file") is not None:
+        if "key_file" not in raw:
+            raise ConfigError(f"{path}.key_password_file: needs cert_file and key_file")
+        values["key_password"] = _read_secret_file(raw["key_password_file"],
+                                                    f"{path}.key_password_file")
+    return TlsSettings(**values)
 
 
 def _build_cluster(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> ClusterSettings:
@@ -449,7 +552,9 @@ def load_settings(
     admin = data.get("admin")
     if admin is not None and not isinstance(admin, dict):
         raise ConfigError(f"admin: expected a mapping, got {_describe(admin)}")
-    web = _parse_section(data.get("web") or {}, _WEB_FIELDS, "web")
+    web: dict[str, Any] = {}
+    _apply_web(web, _parse_section(data.get("web") or {}, _WEB_FIELDS, "web"),
+               "web.listen_address", "web.port")
     log = _parse_section(data.get("log") or {}, _LOG_FIELDS, "log")
     history = _parse_section(data.get("history") or {}, _HISTORY_FIELDS, "history")
 
@@ -459,27 +564,30 @@ def load_settings(
     } | _admin_password_envs(admin)
     cluster_vars = cluster_env_vars()
     cluster_env: dict[str, Any] = {}
+    env_web: dict[str, Any] = {}
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX) or name == "KTE_CONFIG":
             continue
         if name in WEB_LOG_ENV_VARS:
             section, key = WEB_LOG_ENV_VARS[name]
             fields = _WEB_FIELDS if section == "web" else _LOG_FIELDS
-            (web if section == "web" else log)[key] = fields[key](env[name], name)
+            (env_web if section == "web" else log)[key] = fields[key](env[name], name)
         elif name in cluster_vars:
             cluster_env[name] = env[name]
         elif name not in password_envs and not _names_a_password_env(name, env):
             raise ConfigError(f"{name}: unknown environment variable (see --help for KTE_*)")
+    _apply_web(web, env_web, "KTE_WEB_LISTEN_ADDRESS", "KTE_WEB_PORT")
 
     # Flags (highest precedence).
     flag_web = {
         "listen_address": ("--web.listen-address", overrides.web_listen_address),
         "port": ("--web.port", overrides.web_port),
+        "telemetry_path": ("--web.telemetry-path", overrides.web_telemetry_path),
         "web_config_file": ("--web.config.file", overrides.web_config_file),
     }
-    for key, (flag, value) in flag_web.items():
-        if value is not None:
-            web[key] = _WEB_FIELDS[key](value, flag)
+    _apply_web(web, {key: _WEB_FIELDS[key](value, flag)
+                     for key, (flag, value) in flag_web.items() if value is not None},
+               "--web.listen-address", "--web.port")
     flag_log = {
         "format": ("--log.format", overrides.log_format),
         "level": ("--log.level", overrides.log_level),
@@ -529,10 +637,10 @@ def load_settings(
 
     web_settings = WebSettings(**web)
     if web_settings.web_config_file is not None:
-        # Parse and check the exporter-toolkit web config now, so a bad one stops start-up.
-        from exporter.expose.http import load_web_config
-
-        load_web_config(web_settings.web_config_file)
+        # Parsed once, here, so a bad one stops start-up; the HTTP layer uses the record.
+        web_settings = WebSettings(
+            **web, web_config=parse_web_config_file(web_settings.web_config_file)
+        )
     return ExporterSettings(
         clusters=built,
         web=web_settings,
@@ -540,6 +648,26 @@ def load_settings(
         log_format=log.get("format", "auto"),
         log_level=log.get("level", "info"),
     )
+
+
+def _apply_web(
+    web: dict[str, Any], layer: dict[str, Any], address_name: str, port_name: str
+) -> None:
+    """Merge one source's web values (file, env or flags) over the lower ones.
+
+    A port inside a `[host]:port` listen address is that source's port; the same source
+    giving two different ports is an error.
+    """
+    parsed = layer.get("listen_address")
+    if parsed is not None:
+        host, port = parsed
+        layer["listen_address"] = host
+        if port is not None:
+            if layer.get("port", port) != port:
+                raise ConfigError(f"{address_name}: its port {port} differs from {port_name} "
+                                  f"{layer['port']}; give the port once")
+            layer["port"] = port
+    web.update(layer)
 
 
 def _admin_password_envs(admin: Any) -> set[str]:

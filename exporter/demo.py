@@ -17,7 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
-from exporter.config import ConfigError, parse_port
+from exporter.config import parse_listen_address, parse_port
+from exporter.errors import ConfigError
 from exporter.expose.http import MetricsServer
 from exporter.logs import configure_logging, get_logger
 from exporter.settings import ClusterSettings, ExporterSettings, WebSettings
@@ -79,9 +80,10 @@ def run_demo(
     from kafka_sim.producer import hanging_transaction
     from kafka_sim.workload import Workload
 
-    from exporter.cli import serve
+    from exporter.app import serve
 
-    web_port = parse_port(port, "--web.port")
+    listen_address, port_in_address = parse_listen_address(listen_address, "--web.listen-address")
+    web_port = port_in_address if port_in_address is not None else parse_port(port, "--web.port")
     if log_level not in ("debug", "info", "warning", "error", "critical"):
         raise ConfigError(f"--log.level: unknown level {log_level!r}")
     configure_logging(log_format, log_level)

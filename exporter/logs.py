@@ -4,6 +4,10 @@ JSON lines by default so log pipelines can parse them; a readable console render
 is a terminal (`log_format: auto`). Library logs (kafka-python, APScheduler) go through the
 same renderer. A redaction processor blanks any value whose key looks like a secret, so a
 careless `log.info(..., sasl_password=...)` cannot leak one.
+
+Logging never changes a metric or stops the daemon: a line that cannot be written (stderr
+closed, a full disk, a broken pipe) is dropped and counted (`dropped_log_messages`, exposed as
+`kafka_txn_exporter_log_messages_dropped_total`), never raised into the caller.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 from collections.abc import Mapping, MutableMapping
 from typing import Any, TextIO
 
@@ -26,6 +31,28 @@ _LEVELS = {
     "error": logging.ERROR,
     "critical": logging.CRITICAL,
 }
+
+
+_dropped_lock = threading.Lock()
+_dropped = 0
+
+
+def _count_dropped() -> None:
+    global _dropped
+    with _dropped_lock:
+        _dropped += 1
+
+
+def dropped_log_messages() -> int:
+    """Log lines dropped because the stream refused them, since the process started."""
+    return _dropped
+
+
+class _DroppingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler whose failed writes are counted, not reported on the same stream."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        _count_dropped()
 
 
 def _redact_value(key: str, value: Any) -> Any:
@@ -72,7 +99,7 @@ def configure_logging(
     else:
         renderer = structlog.processors.JSONRenderer()
 
-    handler = logging.StreamHandler(stream)
+    handler = _DroppingHandler(stream)
     writer = _LineWriter(handler)
     structlog.configure(
         processors=[
@@ -110,7 +137,7 @@ class _LineWriter:
     locks (structlog's PrintLogger has its own) two JSON lines could merge into one.
     """
 
-    def __init__(self, handler: logging.StreamHandler[TextIO]) -> None:
+    def __init__(self, handler: _DroppingHandler) -> None:
         self._handler = handler
 
     def msg(self, message: str) -> None:
@@ -118,6 +145,8 @@ class _LineWriter:
         try:
             self._handler.stream.write(message + "\n")
             self._handler.stream.flush()
+        except Exception:  # OSError, ValueError (closed file), anything a stream may raise
+            _count_dropped()
         finally:
             self._handler.release()
 

@@ -144,6 +144,26 @@ METRICS: tuple[MetricSpec, ...] = (
         (),
     ),
     MetricSpec(
+        "kafka_txn_exporter_config_reload_total", "counter",
+        "Configuration reloads (SIGHUP) by result; a failed one keeps the old configuration.",
+        ("result",),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_config_last_reload_successful", "gauge",
+        "1 when the last configuration reload succeeded (or none was tried), else 0.",
+        (),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_config_last_reload_success_timestamp_seconds", "gauge",
+        "Unix time of the last successful configuration load (start-up or reload).",
+        (),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_log_messages_dropped_total", "counter",
+        "Log lines that could not be written (stderr closed or full); they never fail a poll.",
+        (),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_build_info", "gauge",
         "Build information; the value is always 1.",
         ("version", "revision", "python_version"),

@@ -12,6 +12,8 @@ class TlsSettings:
     cert_file: str | None = None
     key_file: str | None = None
     check_hostname: bool = True
+    key_password: str | None = field(default=None, repr=False)
+    """Passphrase of an encrypted key_file (read from key_password_file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +43,37 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WebTlsSettings:
+    """`tls_server_config` of the web config file; file names are resolved already."""
+
+    cert_file: str
+    key_file: str
+    key_password: str | None = field(default=None, repr=False)
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: str | None = None
+    min_version: str = "TLS12"
+    max_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfigSettings:
+    """The exporter-toolkit web config file, parsed once (exporter.webconfig)."""
+
+    tls: WebTlsSettings | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    basic_auth_users: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    """user -> bcrypt hash; empty means no authentication."""
+
+
+@dataclass(frozen=True, slots=True)
 class WebSettings:
     listen_address: str = "0.0.0.0"
     port: int = 9981
     web_config_file: str | None = None
     """Prometheus exporter-toolkit web config (tls_server_config, basic_auth_users)."""
+    web_config: WebConfigSettings | None = None
+    """`web_config_file` parsed; None when no file is given (plain HTTP, no auth)."""
+    telemetry_path: str = "/metrics"
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,24 @@ class SnapshotStore:
             }
         )
         self._listeners: list[Callable[[], None]] = []
+        self._retired: set[str] = set()
+        """Clusters dropped by a reload: a poll of theirs still finishing is discarded."""
+
+    def set_clusters(self, clusters: Sequence[ClusterSettings]) -> None:
+        """A reloaded configuration: keep the state of clusters still configured (with their
+        new static labels), add new ones, drop removed ones (their series disappear)."""
+        with self._write_lock:
+            old = self._states
+            states: dict[str, ClusterState] = {}
+            for c in clusters:
+                kept = old.get(c.name)
+                states[c.name] = (
+                    replace(kept, labels=dict(c.labels)) if kept is not None
+                    else ClusterState(name=c.name, labels=dict(c.labels))
+                )
+            self._retired = (self._retired | set(old)) - set(states)
+            self._states = MappingProxyType(states)
+        self._changed()
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` on the writer's thread after every publish or recorded failure."""
@@ -105,6 +123,8 @@ class SnapshotStore:
         """Make `snapshot` the cluster's current one (and count its poll and errors)."""
         duration = snapshot.poll_duration_seconds if duration_seconds is None else duration_seconds
         with self._write_lock:
+            if snapshot.cluster in self._retired:
+                return
             old = self._get(snapshot.cluster)
             errors = dict(old.request_errors_total)
             for err in snapshot.request_errors:
@@ -127,6 +147,8 @@ class SnapshotStore:
     def record_failure(self, cluster: str, error: str, duration_seconds: float) -> None:
         """A poll raised: drop the data series (stale data misleads), keep up=0 visible."""
         with self._write_lock:
+            if cluster in self._retired:
+                return
             old = self._get(cluster)
             new = replace(_observe(old, duration_seconds), snapshot=None, up=False,
                           last_error=error)

@@ -34,6 +34,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.settings import SaslSettings, TlsSettings
+from exporter.tlsfiles import load_cert_chain
 
 _SIZE = struct.Struct(">i")
 _MAX_FRAME_BYTES = 512 * 1024 * 1024
@@ -87,7 +88,9 @@ def build_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     """A client TLS context that verifies the broker (against `ca_file` or the system store)."""
     context = ssl.create_default_context(cafile=tls.ca_file)
     if tls.cert_file:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
+        # Never OpenSSL's interactive "Enter PEM pass phrase:"; ConfigError names the field.
+        load_cert_chain(context, tls.cert_file, tls.key_file or tls.cert_file, tls.key_password,
+                        "tls")
     context.check_hostname = tls.check_hostname
     return context
 

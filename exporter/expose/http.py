@@ -7,8 +7,8 @@ for a poll. /metrics negotiates OpenMetrics vs text format from `Accept` and gzi
 per published state (exporter.expose.render_cache) and shares one render between concurrent
 identical scrapes (`SingleFlight`). TLS (and client certificates) and basic
 auth (bcrypt hashes, `basic_auth_users`) come from an exporter-toolkit web config file
-(`load_web_config`). prometheus_client has no server-side authentication, so basic auth is a
-WSGI wrapper (`BasicAuth`) around the whole app.
+(parsed once by exporter.webconfig). prometheus_client has no server-side authentication,
+so basic auth is a WSGI wrapper (`BasicAuth`) around the whole app.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import contextlib
 import errno
 import hashlib
 import hmac
-import re
 import resource
 import secrets
 import socket
@@ -29,33 +28,38 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import bcrypt
-import yaml
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
-from exporter.config import ConfigError
+from exporter.errors import ConfigError
 from exporter.expose.collector import new_family
 from exporter.expose.registry import ExporterRegistry
 from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
 from exporter.metrics import spec
-from exporter.settings import WebSettings
+from exporter.settings import WebConfigSettings, WebSettings, WebTlsSettings
 from exporter.snapshots import SnapshotStore
+from exporter.tlsfiles import load_cert_chain
+from exporter.webconfig import PREFIX, parse_web_config_file
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 def make_app(
-    registry: ExporterRegistry, store: SnapshotStore, config_file: str | None = None
+    registry: ExporterRegistry,
+    store: SnapshotStore,
+    config_file: str | None = None,
+    metrics_path: str = "/metrics",
 ) -> WsgiApp:
     """Route the exporter's paths; everything else is 404.
+
+    `metrics_path` is --web.telemetry-path.
 
     `/` is the status page (exporter.expose.status); `config_file` goes into its abort
     command lines.
@@ -66,7 +70,7 @@ def make_app(
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/") or "/"
-        if path == "/metrics":
+        if path == metrics_path:
             result: Iterable[bytes] = metrics_app(environ, start_response)
             return result
         if path == "/healthz":
@@ -378,10 +382,8 @@ def _best_family(address: str, port: int) -> tuple[socket.AddressFamily, str]:
 
 
 # --------------------------------------------------------------------------- web config
-# The Prometheus exporter-toolkit web config file format (the same file node_exporter & co
-# take with --web.config.file). Implemented: tls_server_config (cert_file, key_file,
-# client_auth_type, client_ca_file, min_version, max_version), http_server_config.headers and
-# basic_auth_users (user -> bcrypt hash). Any other key is rejected, never ignored.
+# The exporter-toolkit web config file is parsed once by exporter.webconfig into a
+# WebConfigSettings record; here it becomes a TLS context and a basic-auth check.
 
 _TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -394,14 +396,11 @@ _CLIENT_AUTH = {
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
-_UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert")
-_TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
-             "max_version")
 
 
 @dataclass(frozen=True, slots=True)
 class WebConfig:
-    """The parsed web config file; `ssl_context` None means plain HTTP."""
+    """The web config made live; `ssl_context` None means plain HTTP."""
 
     ssl_context: ssl.SSLContext | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -409,114 +408,31 @@ class WebConfig:
     """user -> bcrypt hash; empty means no authentication."""
 
 
-def _resolve(base: Path, name: Any, where: str) -> str:
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: expected a file name, got {name!r}")
-    path = Path(name) if Path(name).is_absolute() else base / name  # relative to the file
-    if not path.is_file():
-        raise ConfigError(f"{where}: file not found: {str(path)!r}")
-    return str(path)
+def build_ssl_context(tls: WebTlsSettings, where: str = f"{PREFIX}: tls_server_config"
+                      ) -> ssl.SSLContext:
+    """The server's TLS context; an encrypted key never prompts (exporter.tlsfiles)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = _TLS_VERSIONS[tls.min_version]
+    if tls.max_version:
+        context.maximum_version = _TLS_VERSIONS[tls.max_version]
+    load_cert_chain(context, tls.cert_file, tls.key_file, tls.key_password, where)
+    context.verify_mode = _CLIENT_AUTH[tls.client_auth_type]
+    if tls.client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=tls.client_ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(f"{where}.client_ca_file: cannot load: {exc}") from None
+    return context
+
+
+def build_web_config(settings: WebConfigSettings) -> WebConfig:
+    context = build_ssl_context(settings.tls) if settings.tls is not None else None
+    return WebConfig(context, dict(settings.headers), dict(settings.basic_auth_users))
 
 
 def load_web_config(path: str) -> WebConfig:
-    """Parse and check an exporter-toolkit web config file; ConfigError names the key."""
-    prefix = "web.web_config_file"
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"{prefix}: cannot read {path!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{prefix}: invalid YAML in {path!r}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: expected a mapping in {path!r}")
-    base = Path(path).parent
-    for key in data:
-        if key not in ("tls_server_config", "http_server_config", "basic_auth_users"):
-            raise ConfigError(f"{prefix}: unknown key {key!r}")
-    users = _basic_auth_users(data.get("basic_auth_users"), f"{prefix}: basic_auth_users")
-
-    headers: dict[str, str] = {}
-    http_cfg = data.get("http_server_config") or {}
-    if not isinstance(http_cfg, dict):
-        raise ConfigError(f"{prefix}: http_server_config: expected a mapping")
-    for key, value in http_cfg.items():
-        if key == "headers":
-            if not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-            ):
-                raise ConfigError(f"{prefix}: http_server_config.headers: expected a mapping "
-                                  "of header name to string value")
-            headers.update(value)
-        elif key != "http2":  # HTTP/2 is not offered by this server; the flag is moot
-            raise ConfigError(f"{prefix}: http_server_config: unknown key {key!r}")
-
-    tls_cfg = data.get("tls_server_config")
-    if tls_cfg is None:
-        return WebConfig(None, headers, users)
-    where = f"{prefix}: tls_server_config"
-    if not isinstance(tls_cfg, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    for key in tls_cfg:
-        if key not in _TLS_KEYS:
-            raise ConfigError(f"{where}: unsupported key {key!r} (supported: "
-                              f"{', '.join(_TLS_KEYS)})")
-    if "cert_file" not in tls_cfg or "key_file" not in tls_cfg:
-        raise ConfigError(f"{where}: cert_file and key_file are required")
-    cert = _resolve(base, tls_cfg["cert_file"], f"{where}.cert_file")
-    key_file = _resolve(base, tls_cfg["key_file"], f"{where}.key_file")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    versions = {}
-    for name in ("min_version", "max_version"):
-        value = tls_cfg.get(name)
-        if value is not None and value not in _TLS_VERSIONS:
-            raise ConfigError(f"{where}.{name}: expected one of {', '.join(_TLS_VERSIONS)}, "
-                              f"got {value!r}")
-        versions[name] = value
-    context.minimum_version = _TLS_VERSIONS[versions["min_version"] or "TLS12"]
-    if versions["max_version"]:
-        context.maximum_version = _TLS_VERSIONS[versions["max_version"]]
-    try:
-        context.load_cert_chain(cert, key_file)
-    except (ssl.SSLError, OSError) as exc:
-        raise ConfigError(f"{where}: cannot load cert_file/key_file: {exc}") from None
-    auth = tls_cfg.get("client_auth_type", "NoClientCert")
-    if auth in _UNSUPPORTED_CLIENT_AUTH:
-        raise ConfigError(f"{where}.client_auth_type: {auth} (a client certificate without "
-                          "verification) is not supported; use RequireAndVerifyClientCert")
-    if auth not in _CLIENT_AUTH:
-        raise ConfigError(f"{where}.client_auth_type: expected one of "
-                          f"{', '.join(_CLIENT_AUTH)}, got {auth!r}")
-    context.verify_mode = _CLIENT_AUTH[auth]
-    if auth != "NoClientCert":
-        if "client_ca_file" not in tls_cfg:
-            raise ConfigError(f"{where}.client_ca_file: required with client_auth_type {auth}")
-        ca = _resolve(base, tls_cfg["client_ca_file"], f"{where}.client_ca_file")
-        try:
-            context.load_verify_locations(cafile=ca)
-        except (ssl.SSLError, OSError) as exc:
-            raise ConfigError(f"{where}.client_ca_file: cannot load: {exc}") from None
-    return WebConfig(context, headers, users)
-
-
-_BCRYPT_HASH_RE = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
-
-
-def _basic_auth_users(raw: Any, where: str) -> dict[str, bytes]:
-    """`{user: bcrypt hash}`; errors name the user, never echo the hash."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping of user name to bcrypt hash")
-    users: dict[str, bytes] = {}
-    for user, hashed in raw.items():
-        if not isinstance(user, str) or not user or ":" in user:
-            raise ConfigError(f"{where}: invalid user name {user!r} (a non-empty string "
-                              "without ':')")
-        if not isinstance(hashed, str) or not _BCRYPT_HASH_RE.fullmatch(hashed):
-            raise ConfigError(f"{where}.{user}: expected a bcrypt hash ($2a$, $2b$ or $2y$, "
-                              "60 characters, e.g. from `htpasswd -nBC 10 USER`)")
-        users[user] = hashed.encode("ascii")
-    return users
+    """Parse a web config file and make it live (for callers without loaded settings)."""
+    return build_web_config(parse_web_config_file(path))
 
 
 # --------------------------------------------------------------------------- basic auth
@@ -651,7 +567,10 @@ class MetricsServer:
         max_connections: int | None = None,
         request_deadline_seconds: float | None = None,
     ) -> None:
-        web_config = load_web_config(web.web_config_file) if web.web_config_file else WebConfig()
+        parsed = web.web_config
+        if parsed is None and web.web_config_file:  # settings built by hand, not loaded
+            parsed = parse_web_config_file(web.web_config_file)
+        web_config = build_web_config(parsed) if parsed is not None else WebConfig()
         family, address = _best_family(web.listen_address, web.port)
         context = web_config.ssl_context
 
@@ -666,7 +585,7 @@ class MetricsServer:
             max_connections = cap
             request_deadline_seconds = deadline
 
-        app = make_app(registry, store, config_file)
+        app = make_app(registry, store, config_file, web.telemetry_path)
         if web_config.basic_auth_users:
             app = BasicAuth(web_config.basic_auth_users).wrap(app)
             if context is None:

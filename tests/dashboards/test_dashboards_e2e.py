@@ -48,7 +48,7 @@ from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
 
-from exporter.cli import serve
+from exporter.app import serve
 from exporter.expose.http import MetricsServer
 from exporter.settings import ClusterSettings, ExporterSettings, WebSettings
 

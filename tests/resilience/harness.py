@@ -2,7 +2,7 @@
 
 Two ways, both with the real code: `ServeProcess` (the `serve` CLI as a subprocess; every byte
 of stdout/stderr is kept, for SIGTERM and secret-leak checks) and `InProcessExporter`
-(`exporter.cli.serve` on a thread; faster, same scheduler + ClusterPoller + HTTP server).
+(`exporter.app.serve` on a thread; faster, same scheduler + ClusterPoller + HTTP server).
 Parsing helpers come from tests/test_e2e_serve.py.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from kafka_sim.cluster import SimCluster
 from test_e2e_serve import http_get, samples
 
-from exporter.cli import serve
+from exporter.app import serve
 from exporter.expose.http import MetricsServer
 from exporter.scheduler import ClusterJob, make_cluster_job
 from exporter.settings import ClusterSettings, ExporterSettings, WebSettings

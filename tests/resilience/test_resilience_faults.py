@@ -1,7 +1,7 @@
 """The daemon against a faulty simulated cluster: it keeps running, reports honestly (absent
 series, broker_up 0, error counters; never a false "no transactions") and recovers when the
 fault ends. Each test runs the real scheduler + ClusterPoller + HTTP server in-process
-(`exporter.cli.serve`) and reads everything through /metrics over HTTP.
+(`exporter.app.serve`) and reads everything through /metrics over HTTP.
 
 The cluster holds one hanging transaction (made like the real capture's hang-1, see
 tests/test_e2e_serve.py) on t-1, so "the data is back" is checkable: its
