@@ -91,6 +91,11 @@ class _Families:
 
 NOT_FROM_SNAPSHOTS = frozenset({
     "kafka_txn_exporter_http_connections_refused_total",
+    # exporter.app.ProcessHealthCollector:
+    "kafka_txn_exporter_config_reload_total",
+    "kafka_txn_exporter_config_last_reload_successful",
+    "kafka_txn_exporter_config_last_reload_success_timestamp_seconds",
+    "kafka_txn_exporter_log_messages_dropped_total",
 })
 """Rows of the spec that other collectors fill (rendered fresh on every scrape)."""
 _SNAPSHOT_METRICS = frozenset(m.name for m in METRICS) - NOT_FROM_SNAPSHOTS

@@ -347,6 +347,9 @@ class HardenedWSGIServer(ThreadingWSGIServer):
         get_logger("exporter.http").debug("http_connection_error", exc_info=True)
 
     def server_close(self) -> None:
+        if not hasattr(self, "_closing"):  # bind failed (port in use): never activated
+            super().server_close()
+            return
         self._closing.set()
         super().server_close()
         with self._conn_lock:

@@ -1024,7 +1024,7 @@ def test_rendered_deployment_runs_the_exporter_with_tls_and_basic_auth(
     import bcrypt
     from security.pki import issue
 
-    from exporter.cli import serve
+    from exporter.app import serve
     from exporter.expose.http import MetricsServer, load_web_config
 
     pki = tmp_path / "pki"
