@@ -7,7 +7,10 @@ Produce to a partition never added with AddPartitionsToTxn, so the coordinator n
 With `late_buffer_seconds` = 15 the hanging transaction is late once it is older than
 60 s + 15 s (the broker's late rule, now - T > transaction.max.timeout.ms + buffer;
 docs/kafka-semantics.md#late-transactions),
-so `kafka_partitions_with_late_transactions` turns 1 about 95 s after start.
+so `kafka_partitions_with_late_transactions` turns 1 about 95 s after start. The hanging
+transaction's topic gets committed transactions too, read by the consumer group
+`DEMO_CONSUMER_GROUP` (read_committed, `assign()` + commit): on the hanging partition its
+committed offset stops at the last stable offset while the high watermark moves on.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ WORKLOAD_TOPIC = "demo-orders"
 WORKLOAD_PARTITIONS = 6
 HANGING_TOPIC = "demo-payments"
 HANGING_PARTITIONS = 3
+DEMO_CONSUMER_GROUP = "demo-payments-readers"
 
 
 def demo_cluster_settings(bootstrap_servers: str) -> ClusterSettings:
@@ -102,6 +106,7 @@ def run_demo(
         },
     ).start()
     workload: Workload | None = None
+    payments: Workload | None = None
     timers: list[threading.Timer] = []
     try:
         bootstrap = sim.bootstrap_servers
@@ -119,6 +124,18 @@ def run_demo(
             id_prefix="demo",
         )
         workload.start()
+        payments = Workload(
+            bootstrap,
+            HANGING_TOPIC,
+            partitions=range(HANGING_PARTITIONS),
+            transactions_per_second=1.0,
+            abort_ratio=0.0,
+            long_running_ratio=0.0,
+            transaction_timeout_ms=DEMO_TRANSACTION_MAX_TIMEOUT_MS,
+            id_prefix="demo-payments",
+            consumer_group=DEMO_CONSUMER_GROUP,
+        )
+        payments.start()
 
         def make_hanging() -> None:
             try:
@@ -156,6 +173,7 @@ def run_demo(
     finally:
         for timer in timers:
             timer.cancel()
-        if workload is not None:
-            workload.stop(timeout_s=5.0)
+        for running in (workload, payments):
+            if running is not None:
+                running.stop(timeout_s=5.0)
         sim.close()

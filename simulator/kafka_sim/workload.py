@@ -1,4 +1,5 @@
-"""The demo's live churn: committed, aborted and long-running transactions on a thread."""
+"""The demo's live churn: committed, aborted and long-running transactions on a thread, and
+optionally a consumer group reading the same topic and committing its position."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from kafka import KafkaConsumer
+from kafka.structs import TopicPartition
+
+from kafka_sim.consumer import READ_COMMITTED
 from kafka_sim.producer import (
     OpenTransaction,
     aborted_transaction,
@@ -17,7 +22,7 @@ from kafka_sim.producer import (
     open_transaction,
 )
 
-__all__ = ["Workload", "WorkloadStats"]
+__all__ = ["CommittingConsumer", "ConsumerStats", "Workload", "WorkloadStats"]
 
 
 @dataclass(slots=True)
@@ -28,6 +33,93 @@ class WorkloadStats:
     long_running_finished: int = 0
     errors: int = 0
     last_error: str | None = None
+
+
+@dataclass(slots=True)
+class ConsumerStats:
+    records_read: int = 0
+    commits: int = 0
+    errors: int = 0
+    last_error: str | None = None
+    committed: dict[int, int] = field(default_factory=dict)
+    """partition -> last committed offset."""
+
+
+class CommittingConsumer:
+    """A consumer group member that never joins: kafka-python's KafkaConsumer with `assign()`,
+    reading on a thread and committing its positions every `commit_interval_s` (OffsetCommit,
+    generation -1: docs/kafka-semantics.md#consumer-groups).
+
+    With `read_committed` it reads only below each partition's last stable offset, so on a
+    partition holding a hanging transaction its committed offset stops at the LSO while the
+    high watermark moves on: the group is visibly blocked by the transaction.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group_id: str,
+        topic: str,
+        partitions: Sequence[int],
+        *,
+        isolation_level: str = READ_COMMITTED,
+        commit_interval_s: float = 2.0,
+        client_id: str = "kafka-txn-sim-consumer",
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.topic = topic
+        self.partitions = list(partitions)
+        self.isolation_level = isolation_level
+        self.commit_interval_s = commit_interval_s
+        self.client_id = client_id
+        self.stats = ConsumerStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("consumer already started")
+        self._thread = threading.Thread(target=self._run, name="sim-consumer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._consume()
+            except Exception as exc:  # the demo must survive broker faults: reconnect
+                self.stats.errors += 1
+                self.stats.last_error = repr(exc)
+                self._stop.wait(1.0)
+
+    def _consume(self) -> None:
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group_id,
+            client_id=self.client_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level=self.isolation_level,
+        )
+        try:
+            tps = [TopicPartition(self.topic, p) for p in self.partitions]
+            consumer.assign(tps)
+            next_commit = time.monotonic() + self.commit_interval_s
+            while not self._stop.is_set():
+                batches = consumer.poll(timeout_ms=200)
+                self.stats.records_read += sum(len(v) for v in batches.values())
+                if time.monotonic() >= next_commit:
+                    consumer.commit()
+                    self.stats.commits += 1
+                    self.stats.committed = {tp.partition: consumer.position(tp) for tp in tps}
+                    next_commit = time.monotonic() + self.commit_interval_s
+        finally:
+            consumer.close(autocommit=False)
 
 
 class Workload:
@@ -52,7 +144,10 @@ class Workload:
         id_prefix: str = "workload",
         seed: int | None = None,
         now_ms: Callable[[], int] | None = None,
+        consumer_group: str | None = None,
     ) -> None:
+        """`consumer_group`: also run a read_committed `CommittingConsumer` of that group on
+        the workload's partitions, started and stopped with it."""
         if transactions_per_second <= 0:
             raise ValueError("transactions_per_second must be > 0")
         self.bootstrap = bootstrap
@@ -72,6 +167,11 @@ class Workload:
         self._thread: threading.Thread | None = None
         self._open: list[tuple[float, OpenTransaction]] = []
         self._ids = itertools.count()
+        self.consumer: CommittingConsumer | None = (
+            None
+            if consumer_group is None
+            else CommittingConsumer(bootstrap, consumer_group, topic, self.partitions)
+        )
 
     def __enter__(self) -> Workload:
         self.start()
@@ -85,9 +185,13 @@ class Workload:
             raise RuntimeError("workload already started")
         self._thread = threading.Thread(target=self._run, name="sim-workload", daemon=True)
         self._thread.start()
+        if self.consumer is not None:
+            self.consumer.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
+        if self.consumer is not None:
+            self.consumer.stop(timeout_s)
         if self._thread is not None:
             self._thread.join(timeout_s)
         for _, txn in self._open:

@@ -11,7 +11,7 @@ from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka_sim.client import KafkaProtocolError, RawKafkaClient, VersionRange, parse_bootstrap
 from kafka_sim.cluster import SimCluster
-from kafka_sim.producer import HANGING_PRODUCE_VERSIONS, PRODUCE_VERSIONS
+from kafka_sim.producer import HANGING_PRODUCE_VERSIONS, PRODUCE_VERSIONS, hanging_transaction
 from kafka_sim.workload import Workload
 from simhelpers import CAPTURE_BROKER_CONFIG
 
@@ -100,3 +100,54 @@ def test_workload_churns_committed_aborted_and_long_running_transactions(cluster
     assert sorted(s for tid, s in states.items() if "-long-" in tid) == ["Ongoing", "Ongoing"]
     assert "CompleteCommit" in states.values() and "CompleteAbort" in states.values()
     assert workload.open_transactions == 0  # stop() ended the long-running ones
+
+
+def test_read_committed_group_stops_behind_a_hanging_transaction(cluster: Any) -> None:
+    """The demo's consumer group: on the partition holding a hanging transaction its committed
+    offset stops at the last stable offset while the high watermark moves on; on the other
+    partition it keeps up with the high watermark."""
+    workload = Workload(
+        cluster.bootstrap_servers,
+        "w",
+        [0, 1],
+        transactions_per_second=50,
+        abort_ratio=0.0,
+        long_running_ratio=0.0,
+        seed=3,
+        consumer_group="readers",
+    )
+    assert workload.consumer is not None
+    workload.consumer.commit_interval_s = 0.1
+    state = cluster.state
+
+    def offsets(partition: int) -> tuple[int | None, int, int]:
+        log = state.partition("w", partition).log
+        committed = state.groups.committed("readers", "w", partition)
+        return (
+            None if committed is None else committed.offset,
+            0 if log is None else log.last_stable_offset,
+            0 if log is None else log.high_watermark,
+        )
+
+    with workload:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and offsets(0)[0] is None:
+            time.sleep(0.05)
+        hw1_at_hang = offsets(1)[2]
+        _, _, start = hanging_transaction(cluster.bootstrap_servers, "stuck", "w", 0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            committed0, lso0, hw0 = offsets(0)
+            committed1 = offsets(1)[0]
+            moved_on = committed1 is not None and committed1 > hw1_at_hang
+            if committed0 == start and hw0 > start + 5 and moved_on:
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # more commits: the group must stay where it is
+        committed0, lso0, hw0 = offsets(0)
+    assert workload.consumer.stats.errors == 0, workload.consumer.stats.last_error
+    assert committed0 == lso0 == start < hw0
+    committed1 = offsets(1)[0]
+    assert committed1 is not None and committed1 > hw1_at_hang  # the other partition moves on
+    listed = [g.group_id for g in state.groups.groups.values()]
+    assert listed == ["readers"]
