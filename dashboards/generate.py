@@ -442,6 +442,7 @@ def _timeseries(
     height: int = 8,
     thresholds: dash_b.ThresholdsConfig | None = None,
     stacked: bool = False,
+    no_value: str = "",
 ) -> timeseries_b.Panel:
     panel = (
         timeseries_b.Panel()
@@ -474,7 +475,21 @@ def _timeseries(
         )
     if stacked:
         panel = panel.stacking(common_b.StackingConfig().mode(common_m.StackingMode.NORMAL))
+    if no_value:
+        panel = panel.no_value(no_value)
     return panel
+
+
+# A 0 per cluster, only where 0 is known to be true, for panels whose series exist only when
+# something is wrong: "No data" on a healthy cluster reads like a broken dashboard.
+_ZERO_WHILE_SCRAPED = f"max by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}}) * 0"
+"""The exporter reports on the cluster (any up value): a counter it has not created is 0."""
+_ZERO_WHILE_ALL_OBSERVED = (
+    f"(max by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}}) == 1) * 0 unless on (cluster) "
+    f"(min by (cluster) (kafka_txn_exporter_unobserved_partitions{{{CLUSTER}}}) > 0)"
+)
+"""A replica polled the cluster and observed every partition: a partition without an open
+transaction has no per-partition series, and its true value is 0."""
 
 
 def _variables(board: dash_b.Dashboard) -> dash_b.Dashboard:
@@ -699,7 +714,14 @@ def overview_dashboard() -> dash_m.Dashboard:
                     "topk(10, max by (cluster, topic, partition) "
                     f"(kafka_partition_max_active_transaction_duration_seconds{{{CLUSTER}}}))",
                     "{{cluster}} {{topic}}-{{partition}}",
-                )
+                    "A",
+                ),
+                _query(
+                    "max by (cluster) "
+                    f"(kafka_cluster_max_active_transaction_duration_seconds{{{CLUSTER}}})",
+                    "{{cluster}} oldest in the cluster",
+                    "B",
+                ),
             ],
             SECONDS,
             thresholds=_thresholds((None, GREEN), (900, ORANGE), (1200, RED)),
@@ -718,7 +740,14 @@ def overview_dashboard() -> dash_m.Dashboard:
                     "topk(10, max by (cluster, topic, partition) "
                     f"(kafka_partition_last_stable_offset_lag{{{CLUSTER}}}))",
                     "{{cluster}} {{topic}}-{{partition}}",
-                )
+                    "A",
+                ),
+                _query(
+                    f"max by (cluster) (kafka_partition_last_stable_offset_lag{{{CLUSTER}}}) "
+                    f"or {_ZERO_WHILE_ALL_OBSERVED}",
+                    "{{cluster}} largest",
+                    "B",
+                ),
             ],
             OFFSETS,
         )
@@ -767,6 +796,9 @@ def overview_dashboard() -> dash_m.Dashboard:
                 )
             ],
             COUNT,
+            # No series: no transactional id listed, or ListTransactions was not answered
+            # (see request errors); the panel cannot tell which, so it does not claim 0.
+            no_value="No transactional ids listed",
         )
     )
     board = board.with_panel(
@@ -941,7 +973,15 @@ def health_dashboard() -> dash_m.Dashboard:
                     f"(rate(kafka_txn_exporter_request_errors_total{{{CLUSTER}}}"
                     "[$__rate_interval]))",
                     "{{cluster}} broker {{broker}} {{api}} {{error}}",
-                )
+                    "A",
+                ),
+                _query(
+                    "sum by (cluster) "
+                    f"(rate(kafka_txn_exporter_request_errors_total{{{CLUSTER}}}"
+                    f"[$__rate_interval])) or {_ZERO_WHILE_SCRAPED}",
+                    "{{cluster}} all errors",
+                    "B",
+                ),
             ],
             "reqps",
         )

@@ -564,3 +564,60 @@ def test_sigterm_while_a_hanging_transaction_pages_pages_absence_and_never_resol
             proc.kill()
             proc.wait(timeout=10)
         sim.close()
+
+
+def test_on_a_healthy_cluster_every_panel_shows_zero_or_says_why(tmp_path: Path) -> None:
+    """Nothing wrong: no open transaction, no request error. A panel whose series only exist
+    when something is wrong shows 0 where 0 is known, or its own noValue text -- never
+    Grafana's bare "No data", which reads like a broken dashboard."""
+    sim = SimCluster(brokers=3, topics={TOPIC: 3}).start()
+    proc: subprocess.Popen[bytes] | None = None
+    prometheus = None
+    try:
+        proc, port = _start_exporter_process(sim.bootstrap_servers, tmp_path)
+        prometheus = Prometheus(tmp_path / "prometheus", targets=[f"127.0.0.1:{port}"])
+        prom = prometheus
+        _wait(
+            "a few scrapes of a successful poll",
+            lambda: prom.query(
+                f'count_over_time(kafka_txn_exporter_up{{cluster="{CLUSTER}"}}[1m]) >= 5'
+            ),
+        )
+        boards = {path.name: json.loads(path.read_text(encoding="utf-8")) for path in DASHBOARDS}
+        now = time.time()
+        zeros: list[str] = []
+        for board_name, board in boards.items():
+            for panel in board["panels"]:
+                targets = panel.get("targets", [])
+                if not targets:
+                    continue
+                values: list[float] = []
+                for target in targets:
+                    expr = _substitute(target["expr"])
+                    if target.get("instant"):
+                        values += [float(r["value"][1]) for r in prom.query(expr)]
+                    else:
+                        values += [
+                            float(v[1])
+                            for r in prom.query_range(expr, now - 5, now)
+                            for v in r["values"]
+                        ]
+                if not values:
+                    no_value = panel["fieldConfig"]["defaults"].get("noValue")
+                    assert no_value, f"{board_name} / {panel['title']}: 'No data' when healthy"
+                elif all(v == 0 for v in values):
+                    zeros.append(panel["title"])
+        for title in (
+            "Request errors by API and error",
+            "Last stable offset lag",
+            "Top partitions by max active transaction duration",
+            "Partitions with late transactions",
+        ):
+            assert title in zeros, f"{title}: expected 0 on a healthy cluster, got {zeros}"
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+        sim.close()
