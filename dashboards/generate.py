@@ -991,13 +991,14 @@ def health_dashboard() -> dash_m.Dashboard:
         .id(ids())
         .title("Exporter versions")
         .description(
-            "Version of each exporter replica (kafka_txn_exporter_build_info). Replicas "
-            "should run the same version; upgrade stragglers."
+            "Version and source revision of each exporter replica "
+            "(kafka_txn_exporter_build_info). Replicas should run the same version; upgrade "
+            "stragglers."
         )
         .datasource(DATASOURCE)
         .with_target(
             _query(
-                "count by (version, instance) (kafka_txn_exporter_build_info)",
+                "count by (version, revision, instance) (kafka_txn_exporter_build_info)",
                 instant=True,
                 table_format=True,
             )

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kafka.protocol.admin.transactions import DescribeProducersRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
@@ -607,6 +608,15 @@ def test_on_a_healthy_cluster_every_panel_shows_zero_or_says_why(tmp_path: Path)
                     assert no_value, f"{board_name} / {panel['title']}: 'No data' when healthy"
                 elif all(v == 0 for v in values):
                     zeros.append(panel["title"])
+        # The stale-poll rule compares the two sides one-to-one: on real exporter output their
+        # label sets must match, or the rule could never fire. Inverted, it holds right now.
+        rules = yaml.safe_load((REPO / "dashboards/alerts/rules.yaml").read_text("utf-8"))
+        (stale,) = [r["expr"] for g in rules["groups"] for r in g["rules"]
+                    if r["alert"] == "KafkaTxnExporterPollsStale"]  # fmt: skip
+        (fresh,) = prom.query(stale.replace(" > ", " < "))
+        assert fresh["metric"] == {"cluster": CLUSTER, "job": "kafka-txn-exporter"}
+        (interval,) = prom.query("kafka_txn_exporter_poll_interval_seconds")
+        assert float(interval["value"][1]) == POLL_INTERVAL_SECONDS
         for title in (
             "Request errors by API and error",
             "Last stable offset lag",
