@@ -10,7 +10,8 @@
 # symlinks stay valid when the venv is copied: the build stage runs
 # `pip install .` (all runtime dependencies ship wheels, so no compiler is
 # needed even there), the runtime stage only receives /opt/venv.
-# tests/deploy/test_image.py replays the install steps below in a fresh venv.
+# Without Docker or a registry: scripts/build-image (buildah; PYTHON_IMAGE = a local
+# Debian stand-in for the base). tests/deploy/test_image.py builds and runs it that way.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
