@@ -19,23 +19,30 @@ from prometheus_client.registry import Collector
 from exporter.expose.collector import SnapshotCollector
 from exporter.expose.registry import ExporterRegistry, build_registry
 from exporter.expose.render_cache import MAX_CACHED_FORMATS, make_metrics_app
+from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
-from exporter.snapshots import SnapshotStore
+from exporter.snapshots import ClusterState, SnapshotStore
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 WsgiApp = Any
 
 
 class CountingSnapshotCollector(SnapshotCollector):
-    """Counts collects: the observable difference between a cached and a fresh render."""
+    """Counts the clusters collected for /metrics: the observable difference between a cached
+    and a fresh render (the cache formats each cluster's families apart)."""
 
     def __init__(self, store: SnapshotStore) -> None:
         super().__init__(store)
         self.collects = 0
+        self.collected: list[str] = []
 
     def collect(self) -> Iterator[Metric]:
+        raise AssertionError("/metrics formats the clusters apart, never the whole collector")
+
+    def cluster_families(self, state: ClusterState) -> list[Metric]:
         self.collects += 1
-        yield from super().collect()
+        self.collected.append(state.name)
+        return super().cluster_families(state)
 
 
 class TickCollector(Collector):
@@ -269,3 +276,104 @@ def test_publish_prerenders_the_formats_scraped_before(store: SnapshotStore) -> 
 
     scrape(app)  # a format not asked before is rendered by its scrape, as before
     assert collector.collects == 3
+
+
+@pytest.fixture
+def three() -> SnapshotStore:
+    """Three clusters with different static labels (one without any)."""
+    return SnapshotStore([
+        ClusterSettings(name="a", bootstrap_servers=("h:1",), labels={"env": "prod"}),
+        ClusterSettings(name="b", bootstrap_servers=("h:1",),
+                        labels={"env": "dev", "region": "eu"}),
+        ClusterSettings(name="c", bootstrap_servers=("h:1",)),
+    ])
+
+
+def publish_late(store: SnapshotStore, cluster: str, age_ms: int, producer_id: int = 7) -> None:
+    txn = open_txn("orders", 3, producer_id=producer_id, age_ms=age_ms)
+    store.publish(snapshot(cluster, brokers=[broker(1, late_=1, hanging=1)],
+                           durations={TopicPartition("orders", 3): age_ms / 1000},
+                           late_transactions=[late(txn, transactional_id="writer-1")]))
+
+
+@pytest.mark.parametrize("accept", [None, OPENMETRICS])
+def test_parts_joined_family_by_family_are_the_whole_render(
+    three: SnapshotStore, accept: str | None
+) -> None:
+    """Per-cluster parts, one stale and two cached, give prometheus_client's exact body; the
+    gzip body is the same bytes once decompressed."""
+    registry = ExporterRegistry()
+    registry.register(SnapshotCollector(three))
+    registry.register(StaticCollector("after_static"))
+    publish_late(three, "a", 400_000)
+    publish_late(three, "b", 500_000, producer_id=9)
+    three.record_failure("c", "boom", 1.0)
+    app = make_metrics_app(registry)
+    for round_ in range(3):
+        reference = scrape(make_wsgi_app(registry), accept)
+        assert scrape(app, accept) == reference, round_
+        _, headers, compressed = scrape(app, accept, accept_encoding="gzip")
+        assert headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(compressed) == reference[2], round_
+        publish_late(three, "b", 600_000 + round_, producer_id=10 + round_)  # one part stale
+
+
+def test_a_publish_renders_only_its_cluster_and_only_formats_asked_since(
+    three: SnapshotStore,
+) -> None:
+    collector = CountingSnapshotCollector(three)
+    registry = ExporterRegistry()
+    registry.register(collector)
+    from exporter.expose.render_cache import SnapshotRenderCache
+
+    cache = SnapshotRenderCache()
+    three.on_change(lambda: cache.warm(registry))
+    app = make_metrics_app(registry, cache)
+    for name in "abc":
+        publish_late(three, name, 400_000)
+    assert collector.collected == []  # nobody scraped: the publishes formatted nothing
+
+    scrape(app, OPENMETRICS, accept_encoding="gzip")
+    assert sorted(collector.collected) == ["a", "b", "c"]
+    collector.collected.clear()
+
+    publish_late(three, "b", 500_000)
+    assert collector.collected == ["b"]  # the changed cluster, in the one format asked for
+    scrape(app, OPENMETRICS, accept_encoding="gzip")
+    assert collector.collected == ["b"]  # the scrape found everything ready
+
+    publish_late(three, "b", 600_000)  # a scrape happened since b's last publish: warm b
+    publish_late(three, "b", 700_000)  # none since: this publish formats nothing
+    publish_late(three, "a", 700_000)  # none since a's last publish either... but one since
+    assert collector.collected == ["b", "b", "a"]  # ...a's previous one, so a is warmed
+    for _ in range(5):
+        publish_late(three, "a", 800_000)
+        publish_late(three, "c", 800_000)
+    assert collector.collected == ["b", "b", "a", "c"]  # no scraper: renders stop
+
+
+def test_cached_gzip_scrape_compresses_only_the_fresh_metrics(
+    store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exporter.expose import render_cache
+
+    registry = build_registry(store)
+    store.publish(snapshot("c1", brokers=[broker(1)], late_transactions=[
+        late(open_txn("orders", p, producer_id=p, age_ms=400_000 + p)) for p in range(300)]))
+    app = make_metrics_app(registry)
+    plain = scrape(app)[2]
+    scrape(app, accept_encoding="gzip")  # first gzip scrape: the cached part gets its members
+    compressed: list[bytes] = []
+    real = render_cache._gzip
+
+    def counting(data: bytes) -> bytes:
+        compressed.append(data)
+        return real(data)
+
+    monkeypatch.setattr(render_cache, "_gzip", counting)
+    _, _, body = scrape(app, accept_encoding="gzip")
+    assert len(compressed) == 1 and compressed[0].startswith(b"# HELP process_")
+    assert len(compressed[0]) < len(plain) / 10
+    late_series = [line for line in gzip.decompress(body).splitlines()
+                   if line.startswith(b"kafka_late_transaction_age_seconds{")]
+    assert len(late_series) == 300

@@ -126,16 +126,39 @@ class SnapshotCollector(Collector):
     def collect_states(self, states: Mapping[str, ClusterState]) -> Iterator[Metric]:
         """The families of `states` (one read of the store)."""
         fam = _Families(states)
+        self._add_build_info(fam)
+        for state in states.values():
+            _collect_cluster(state, fam)
+        yield from fam.families.values()
+
+    # The render cache formats each cluster apart and joins the parts family by family: the
+    # families of `collect()` are, sample for sample, those of `global_families()` followed by
+    # `cluster_families(state)` for each state in order.
+
+    def global_families(self) -> list[Metric]:
+        """Every family, holding only the samples that belong to no cluster (build_info)."""
+        fam = _Families({})
+        self._add_build_info(fam)
+        return list(fam.families.values())
+
+    def cluster_families(self, state: ClusterState) -> list[Metric]:
+        """Every family, holding only the samples of one cluster."""
+        fam = _Families({state.name: state})
+        _collect_cluster(state, fam)
+        return list(fam.families.values())
+
+    def _add_build_info(self, fam: _Families) -> None:
         info = spec("kafka_txn_exporter_build_info")
         family = fam.families[info.name]
         assert isinstance(family, GaugeMetricFamily)
         family.add_metric([self._build_info.get(label, "") for label in info.labels], 1.0)
-        for state in states.values():
-            _collect_exporter_own(state, fam)
-            snap = state.snapshot
-            if snap is not None and state.up and snap.up:
-                _collect_data(state, snap, fam)
-        yield from fam.families.values()
+
+
+def _collect_cluster(state: ClusterState, fam: _Families) -> None:
+    _collect_exporter_own(state, fam)
+    snap = state.snapshot
+    if snap is not None and state.up and snap.up:
+        _collect_data(state, snap, fam)
 
 
 def _collect_exporter_own(state: ClusterState, fam: _Families) -> None:

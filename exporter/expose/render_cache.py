@@ -1,28 +1,33 @@
-"""/metrics with the snapshot families rendered once per published state, not once per scrape.
+"""/metrics with the snapshot families formatted once per cluster and publish, not per scrape.
 
 prometheus_client's text formatting costs ~10 us per sample (labels validated, escaped and
-formatted): ~95 ms for 10,000 late transactions, on every scrape, although the snapshot
-families change only when a poll publishes (benchmarks/RESULTS.md section 5, issue 9). Here
-each `SnapshotCollector`'s exposition bytes are kept per negotiated format and reused while its
-`published_states()` is the same object (every publish swaps in a new one, and the cache holds
-a reference, so an identity check cannot be fooled by a reused id). Every other collector
-(process, platform, GC) is rendered fresh on every scrape. Parts are concatenated in
-registration order, so the body is the one `generate_latest` would give; in OpenMetrics each
-part's `# EOF` is dropped and one is appended at the end. gzip is applied to the whole body.
+formatted): ~95 ms for 10,000 late transactions, although a cluster's series change only when
+its poll publishes (benchmarks/RESULTS.md). So each `SnapshotCollector` is formatted in parts,
+one per cluster plus one for the series of no cluster (build_info), and each part is cut into
+one chunk of sample lines per family. A part is kept, per negotiated format, while its source
+is the same object (every publish swaps in a new `ClusterState` for the cluster it polled and
+the cache holds a reference, so an identity check cannot be fooled by a reused id). A scrape
+joins, family by family, the family's `# HELP`/`# TYPE` header and every part's chunk: the
+body `generate_latest` would give, but only the cluster that changed is formatted again.
 
-A publish also re-renders, on the poll's thread, the formats scrapers asked for since the
-previous one (`warm`), so the first scrape after a poll finds its bytes ready too; formats
-nobody scrapes cost nothing.
+gzip: each cached chunk also keeps its own gzip member, made once; a gzip scrape joins the
+members and compresses only what is rendered fresh (process, platform and GC metrics, every
+other collector). Concatenated gzip members are one valid gzip stream (RFC 1952 section 2.2;
+Go's gzip reader, which Prometheus uses, reads them as one body).
 
-Requests this does not speed up go to prometheus_client's own app unchanged: `name[]`
-filters, methods other than GET, and registries with target_info.
+A publish formats, on the poll's thread, the cluster it changed in the formats scrapers asked
+for since that cluster's previous publish (`warm`), so the next scrape finds its bytes ready;
+a format nobody asked for since is not formatted, and with no scraper a publish formats
+nothing. Requests this does not speed up go to prometheus_client's own app unchanged:
+`name[]` filters, methods other than GET, and registries with target_info.
 """
 
 from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -40,11 +45,15 @@ Encoder = Callable[[Collector], bytes]
 StartResponse = Callable[..., Any]
 
 MAX_CACHED_FORMATS = 4
-"""Formats kept per collector. The Accept header picks the format (text 0.0.4, OpenMetrics
-with a client-chosen version and escaping), so the bound keeps a client that cycles through
-versions from holding one multi-MB body per variant."""
+"""Formats kept per part. The Accept header picks the format (text 0.0.4, OpenMetrics with a
+client-chosen version and escaping), so the bound keeps a client that cycles through versions
+from holding one multi-MB body per variant."""
+GZIP_LEVEL = 6
+"""zlib's default: within a few percent of level 9's size at a fraction of its time."""
 
 _OPENMETRICS_EOF = b"# EOF\n"
+_HELP = b"# HELP "
+_GLOBAL = ""  # the part of the series that belong to no cluster; cluster names are not empty
 _log = get_logger("exporter.expose.render_cache")
 
 
@@ -60,100 +69,201 @@ def _without_eof(body: bytes, openmetrics: bool) -> bytes:
     return body[: -len(_OPENMETRICS_EOF)]
 
 
-class _Collectors(Collector):
-    """Some of a registry's collectors, as one collector for an encoder."""
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
 
-    def __init__(self, collectors: Sequence[Collector]) -> None:
+
+class _Collectors(Collector):
+    """Some collectors, or some families, as one collector for an encoder."""
+
+    def __init__(self, collectors: Sequence[Collector] = (),
+                 families: Sequence[Metric] = ()) -> None:
         self._collectors = collectors
+        self._families = families
 
     def collect(self) -> Iterator[Metric]:
         for collector in self._collectors:
             yield from collector.collect()
+        yield from self._families
+
+
+def _split_families(body: bytes, families: int) -> tuple[list[bytes], list[bytes]]:
+    """(headers, sample chunks) of each family of a render. Every family starts with its
+    `# HELP` line in both formats, and sample lines never start with `#` (a label value's
+    newline is escaped), so a family is everything from one `# HELP` line to the next."""
+    starts = [0] if body.startswith(_HELP) else []
+    pos = 0
+    while (pos := body.find(b"\n" + _HELP, pos)) != -1:
+        pos += 1
+        starts.append(pos)
+    if len(starts) != families:
+        raise ValueError(f"expected {families} families in the render, found {len(starts)}")
+    headers: list[bytes] = []
+    chunks: list[bytes] = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(body)
+        samples = start
+        while samples < end and body.startswith(b"#", samples):  # HELP, TYPE (, UNIT)
+            samples = body.index(b"\n", samples) + 1
+        headers.append(body[start:samples])
+        chunks.append(body[samples:end])
+    return headers, chunks
+
+
+@dataclass(slots=True)
+class _Rendered:
+    """One part in one format: each family's header and sample lines, and their gzip members
+    once a gzip scrape asked for them."""
+
+    headers: list[bytes]
+    chunks: list[bytes]
+    gzipped: tuple[list[bytes], list[bytes]] | None = None
+
+    def members(self) -> tuple[list[bytes], list[bytes]]:
+        if self.gzipped is None:
+            self.gzipped = ([_gzip(header) for header in self.headers],
+                            [_gzip(chunk) if chunk else b"" for chunk in self.chunks])
+        return self.gzipped
+
+
+@dataclass(slots=True)
+class _Part:
+    source: object
+    """What was rendered: the cluster's `ClusterState`, or the collector for the global part."""
+    formats: dict[str, _Rendered]
+
+
+def _remember(formats: dict[str, Any], content_type: str, value: Any) -> None:
+    """Set `formats[content_type]`, dropping the oldest format beyond MAX_CACHED_FORMATS."""
+    if content_type not in formats and len(formats) >= MAX_CACHED_FORMATS:
+        del formats[next(iter(formats))]
+    formats[content_type] = value
 
 
 class SnapshotRenderCache:
-    """Exposition bytes of each SnapshotCollector per format, valid for one published state."""
+    """Formatted parts of each SnapshotCollector, per format, valid while their source is."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # collector -> (the published states rendered, {content type: body without # EOF})
-        self._entries: dict[
-            SnapshotCollector, tuple[Mapping[str, ClusterState], dict[str, bytes]]
-        ] = {}
-        self._encoders: dict[str, Encoder] = {}
+        self._parts: dict[tuple[SnapshotCollector, str], _Part] = {}
+        # cluster -> {content type: (encoder, gzip)} asked for since that cluster's last publish
+        self._wanted: dict[str, dict[str, tuple[Encoder, bool]]] = {}
+        self.renders = 0
+        """Parts formatted so far (what `warm` and the benchmarks count)."""
 
-    def render(self, collector: SnapshotCollector, encoder: Encoder, content_type: str) -> bytes:
-        """The collector's families in `content_type`, without `# EOF`; rendered on a miss."""
+    # ---------------------------------------------------------------- scrape
+    def snapshot_body(
+        self, collector: SnapshotCollector, encoder: Encoder, content_type: str, gz: bool
+    ) -> list[bytes]:
+        """The collector's families in `content_type` (without `# EOF`), as pieces to join;
+        gzip members when `gz`. Parts not cached for the current states are formatted now."""
         states = collector.published_states()
+        sources: list[tuple[str, object]] = [(_GLOBAL, collector)]
+        sources += [(name, state) for name, state in states.items()]
         with self._lock:
-            entry = self._entries.get(collector)
-            if entry is not None and entry[0] is states and content_type in entry[1]:
-                return entry[1][content_type]
-        body = _without_eof(encoder(_Collectors([collector])), _is_openmetrics(content_type))
+            for name, _ in sources[1:]:
+                wanted = self._wanted.setdefault(name, {})
+                was_gz = wanted.get(content_type, (encoder, False))[1]
+                _remember(wanted, content_type, (encoder, gz or was_gz))
+        rendered = [self._rendered(collector, name, source, encoder, content_type)
+                    for name, source in sources]
+        if gz:
+            head = rendered[0].members()[0]
+            pieces = [r.members()[1] for r in rendered]
+        else:
+            head, pieces = rendered[0].headers, [r.chunks for r in rendered]
+        out: list[bytes] = []
+        for i, header in enumerate(head):
+            out.append(header)
+            out.extend(chunks[i] for chunks in pieces if chunks[i])
+        return out
+
+    def _rendered(self, collector: SnapshotCollector, name: str, source: object,
+                  encoder: Encoder, content_type: str) -> _Rendered:
+        key = (collector, name)
         with self._lock:
-            self._encoders[content_type] = encoder
-            # Keep it only if no publish happened since `states` was read: then the render saw
-            # exactly `states` (a publish always makes a new object), never something older.
-            if collector.published_states() is states:
-                entry = self._entries.get(collector)
-                if entry is None or entry[0] is not states:
-                    entry = self._entries[collector] = (states, {})
-                bodies = entry[1]
-                if content_type not in bodies and len(bodies) >= MAX_CACHED_FORMATS:
-                    del bodies[next(iter(bodies))]  # the oldest format
-                bodies[content_type] = body
-        return body
+            part = self._parts.get(key)
+            if part is not None and part.source is source and content_type in part.formats:
+                return part.formats[content_type]
+        if isinstance(source, ClusterState):
+            families = collector.cluster_families(source)
+        else:
+            families = collector.global_families()
+        body = _without_eof(encoder(_Collectors(families=families)),
+                            _is_openmetrics(content_type))
+        headers, chunks = _split_families(body, len(families))
+        rendered = _Rendered(headers, chunks)
+        with self._lock:
+            self.renders += 1
+            part = self._parts.get(key)
+            if part is None or part.source is not source:
+                part = self._parts[key] = _Part(source, {})
+            _remember(part.formats, content_type, rendered)
+        return rendered
 
-
+    # ---------------------------------------------------------------- publish
     def warm(self, registry: ExporterRegistry) -> None:
-        """Render the new state of every SnapshotCollector in the formats cached before."""
-        for collector in _registered_collectors(registry):
+        """After a publish: format each cluster whose state changed in the formats scraped
+        since its previous publish (and gzip them if those scrapes asked for gzip)."""
+        for collector in registry.collectors():
             if not isinstance(collector, SnapshotCollector):
                 continue
-            with self._lock:
-                entry = self._entries.get(collector)
-                wanted = [(ct, self._encoders[ct]) for ct in entry[1]] if entry else []
-            for content_type, encoder in wanted:
-                try:
-                    self.render(collector, encoder, content_type)
-                except Exception:  # the scrape renders it itself; never fail the publish
-                    _log.warning("metrics_prerender_failed", content_type=content_type,
-                                 exc_info=True)
-
-
-def _registered_collectors(registry: ExporterRegistry) -> list[Collector]:
-    return registry.collectors()
+            for name, state in collector.published_states().items():
+                with self._lock:
+                    part = self._parts.get((collector, name))
+                    if part is not None and part.source is state:
+                        continue  # unchanged (or already formatted by a scrape)
+                    wanted = self._wanted.pop(name, {})
+                for content_type, (encoder, gz) in wanted.items():
+                    try:
+                        rendered = self._rendered(collector, name, state, encoder, content_type)
+                        if gz:
+                            rendered.members()
+                    except Exception:  # the scrape formats it itself; never fail the publish
+                        _log.warning("metrics_prerender_failed", content_type=content_type,
+                                     exc_info=True)
+        with self._lock:  # forget clusters no longer configured
+            live = {(c, n) for c in registry.collectors() if isinstance(c, SnapshotCollector)
+                    for n in (_GLOBAL, *c.published_states())}
+            for key in [k for k in self._parts if k not in live]:
+                del self._parts[key]
 
 
 def render_registry(
-    registry: ExporterRegistry, cache: SnapshotRenderCache, accept: str | None
+    registry: ExporterRegistry, cache: SnapshotRenderCache, accept: str | None,
+    gz: bool = False,
 ) -> tuple[bytes, str]:
-    """(body, content type) for `accept`: what `generate_latest` would give, with the
-    snapshot collectors' parts from `cache` and every other collector collected now."""
+    """(body, content type) for `accept`: what `generate_latest` would give (gzip-compressed
+    when `gz`), with the snapshot collectors' parts from `cache` and every other collector
+    collected now."""
     encoder, content_type = choose_encoder(accept or "")
     openmetrics = _is_openmetrics(content_type)
-    parts: list[bytes] = []
+    pieces: list[bytes] = []
     fresh: list[Collector] = []
-    for collector in _registered_collectors(registry):
+
+    def flush(tail: bytes = b"") -> None:
+        data = (_without_eof(encoder(_Collectors(fresh)), openmetrics) if fresh else b"") + tail
+        fresh.clear()
+        if data:
+            pieces.append(_gzip(data) if gz else data)
+
+    for collector in registry.collectors():
         if isinstance(collector, SnapshotCollector):
-            if fresh:
-                parts.append(_without_eof(encoder(_Collectors(fresh)), openmetrics))
-                fresh = []
-            parts.append(cache.render(collector, encoder, content_type))
+            flush()
+            pieces.extend(cache.snapshot_body(collector, encoder, content_type, gz))
         else:
             fresh.append(collector)
-    if fresh:
-        parts.append(_without_eof(encoder(_Collectors(fresh)), openmetrics))
-    if openmetrics:
-        parts.append(_OPENMETRICS_EOF)
-    return b"".join(parts), content_type
+    flush(_OPENMETRICS_EOF if openmetrics else b"")
+    if gz and not pieces:
+        pieces.append(_gzip(b""))
+    return b"".join(pieces), content_type
 
 
 def make_metrics_app(
     registry: ExporterRegistry, cache: SnapshotRenderCache | None = None
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
     """A WSGI app for /metrics: same answers as prometheus_client's `make_wsgi_app(registry)`,
-    with the snapshot families rendered once per published state."""
+    with the snapshot families formatted once per cluster and publish."""
     fallback = make_wsgi_app(registry)
     render_cache = SnapshotRenderCache() if cache is None else cache
 
@@ -165,10 +275,11 @@ def make_metrics_app(
         ):
             result: Iterable[bytes] = fallback(environ, start_response)
             return result
-        body, content_type = render_registry(registry, render_cache, environ.get("HTTP_ACCEPT"))
+        gz = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING") or "")
+        body, content_type = render_registry(registry, render_cache, environ.get("HTTP_ACCEPT"),
+                                             gz)
         headers = [("Content-Type", content_type)]
-        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING") or ""):
-            body = gzip.compress(body)
+        if gz:
             headers.append(("Content-Encoding", "gzip"))
         start_response("200 OK", headers)
         return [body]
