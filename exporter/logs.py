@@ -37,7 +37,7 @@ _dropped_lock = threading.Lock()
 _dropped = 0
 
 
-def _count_dropped() -> None:
+def count_dropped_log_message() -> None:
     global _dropped
     with _dropped_lock:
         _dropped += 1
@@ -52,7 +52,7 @@ class _DroppingHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A StreamHandler whose failed writes are counted, not reported on the same stream."""
 
     def handleError(self, record: logging.LogRecord) -> None:
-        _count_dropped()
+        count_dropped_log_message()
 
 
 def _redact_value(key: str, value: Any) -> Any:
@@ -146,7 +146,7 @@ class _LineWriter:
             self._handler.stream.write(message + "\n")
             self._handler.stream.flush()
         except Exception:  # OSError, ValueError (closed file), anything a stream may raise
-            _count_dropped()
+            count_dropped_log_message()
         finally:
             self._handler.release()
 

@@ -17,7 +17,7 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from exporter.logs import get_logger
+from exporter.logs import count_dropped_log_message, get_logger
 from exporter.model import Classification, ClusterObservation, ClusterSnapshot
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
@@ -139,14 +139,25 @@ class PollScheduler:
             self._running[name] = self._running.get(name, 0) + 1
         started = time.monotonic()
         try:
-            observation = job.poll()
-            polled = time.monotonic()
-            snapshot = job.analyze(observation)
-            finished = time.monotonic()
-            duration = finished - started
-            self._store.publish(snapshot, duration_seconds=duration)
-            self._log.info(
-                "poll_completed",
+            try:
+                observation = job.poll()
+                polled = time.monotonic()
+                snapshot = job.analyze(observation)
+                finished = time.monotonic()
+                duration = finished - started
+                self._store.publish(snapshot, duration_seconds=duration)
+            except Exception as exc:
+                duration = time.monotonic() - started
+                error = f"{type(exc).__name__}: {exc}"
+                self._store.record_failure(name, error, duration)
+                self._log_quietly(
+                    "error", "poll_failed", cluster=name, error=error,
+                    duration_seconds=round(duration, 3), exc_info=True,
+                )
+                return
+            # Published: from here on nothing may turn this poll into a failed one.
+            self._log_quietly(
+                "info", "poll_completed",
                 **summarize(snapshot, observation),
                 poll_seconds=round(polled - started, 3),
                 analyze_seconds=round(finished - polled, 3),
@@ -154,18 +165,18 @@ class PollScheduler:
             )
             if job.record is not None:
                 self._record(job, observation, snapshot)
-        except Exception as exc:
-            duration = time.monotonic() - started
-            error = f"{type(exc).__name__}: {exc}"
-            self._store.record_failure(name, error, duration)
-            self._log.error(
-                "poll_failed", cluster=name, error=error,
-                duration_seconds=round(duration, 3), exc_info=True,
-            )
         finally:
             with self._running_lock:
                 self._running[name] -= 1
                 self._idle.notify_all()
+
+    def _log_quietly(self, level: str, event: str, **fields: Any) -> None:
+        """A log line that can never fail the poll (exporter.logs drops and counts failed
+        writes; this also covers a failing processor or renderer)."""
+        try:
+            getattr(self._log, level)(event, **fields)
+        except Exception:
+            count_dropped_log_message()
 
     def _record(
         self, job: ClusterJob, observation: ClusterObservation, snapshot: ClusterSnapshot
