@@ -98,7 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve_p = sub.add_parser(
         "serve",
         help="run the exporter (HTTP /metrics, /healthz, /readyz)",
-        description="Poll every configured cluster on its interval and serve the metrics.",
+        description=(
+            "Poll every configured cluster on its interval and serve the metrics. Signals: "
+            "SIGTERM/SIGINT stop within 5 s; SIGHUP reloads the configuration (a bad one keeps "
+            "the running one, counted in kafka_txn_exporter_config_reload_total); SIGUSR1/SIGUSR2 "
+            "are ignored."
+        ),
         epilog=_CONFIG_HELP + "\n" + env_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -43,7 +43,8 @@ def test_help_documents_commands_flags_and_env() -> None:
         assert word in top, word
     serve = run_cli("serve", "--help").stdout
     for flag in ("--config", "--web.listen-address", "--web.port", "--log.format",
-                 "--log.level", "--bootstrap-servers"):
+                 "--log.level", "--bootstrap-servers", "--web.telemetry-path", "[HOST]:PORT",
+                 "SIGHUP", "KTE_WEB_TELEMETRY_PATH", "KTE_CLUSTER_TLS_KEY_PASSWORD_FILE"):
         assert flag in serve, flag
     scan = run_cli("scan", "--help").stdout
     assert "--output" in scan and "Duration(min)" in scan

@@ -354,4 +354,6 @@ def test_telemetry_path_serves_the_metrics_there(tmp_path: Path, daemons: list[D
     daemon.wait_up()
     assert "kafka_txn_exporter_up" in daemon.metrics("/probe/metrics")
     assert get(f"http://127.0.0.1:{daemon.port}/metrics")[0] == 404
+    status, page = get(f"http://127.0.0.1:{daemon.port}/")
+    assert status == 200 and '<a href="probe/metrics">/probe/metrics</a>' in page
     assert daemon.stop()[0] == 0

@@ -91,6 +91,7 @@ def make_app(
                 {name: st.snapshot for name, st in states.items()},
                 errors={name: st.last_error for name, st in states.items()},
                 config_file=config_file,
+                metrics_path=metrics_path,
             )
             start_response("200 OK", [
                 ("Content-Type", "text/html; charset=utf-8"),

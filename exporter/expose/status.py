@@ -92,6 +92,7 @@ def render_status_page(
     now_ms: int | None = None,
     refresh_seconds: int = REFRESH_SECONDS,
     runbook_url: str = RUNBOOK_URL,
+    metrics_path: str = "/metrics",
 ) -> bytes:
     """The whole page as UTF-8 HTML.
 
@@ -116,7 +117,8 @@ def render_status_page(
         f"<p>Late and hanging Kafka transactions &middot; page rendered {_e(_utc(now))} "
         + (f"(refreshes every {int(refresh_seconds)} s) " if refresh_seconds > 0 else "")
         + f"&middot; <a href=\"{_e(runbook_url)}\" rel=\"noopener noreferrer\">runbook</a> "
-        "&middot; <a href=\"metrics\">/metrics</a> &middot; <a href=\"healthz\">/healthz</a>"
+        f"&middot; <a href=\"{_e(metrics_path.lstrip('/'))}\">{_e(metrics_path)}</a> "
+        "&middot; <a href=\"healthz\">/healthz</a>"
         " &middot; <a href=\"readyz\">/readyz</a></p></header><main>",
     ]
     if not snapshots:
