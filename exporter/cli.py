@@ -17,7 +17,6 @@ from typing import Any
 
 from exporter.config import Overrides, env_help, load_settings
 from exporter.errors import EXIT_CONFIG_ERROR, ConfigError, say
-from exporter.logs import configure_logging
 from exporter.version import PROG
 
 _CONFIG_HELP = """\
@@ -241,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(args.config, overrides=_overrides(args))
     except ConfigError as exc:
         return _config_error(exc)
+    from exporter.logs import configure_logging  # structlog: not needed for --help/--version
+
     configure_logging(settings.log_format, settings.log_level)
 
     if args.command == "scan":
