@@ -46,8 +46,10 @@ if TYPE_CHECKING:
 
 SHUTDOWN_POLL_WAIT_SECONDS = 2.5
 """How long a stop waits for a running poll; with HTTP shutdown it stays under 5 s."""
-RELOAD_POLL_WAIT_SECONDS = 10.0
-"""How long a reload waits for the old configuration's running polls to finish."""
+RELOAD_POLL_WAIT_SECONDS = SHUTDOWN_POLL_WAIT_SECONDS
+"""How long a reload waits for the old configuration's running polls; a poll still running
+then is abandoned (its result is discarded for a removed cluster), so a SIGTERM right after a
+SIGHUP is still honoured within 5 s."""
 IGNORED_SIGNALS = ("SIGUSR1", "SIGUSR2")
 
 
