@@ -10,10 +10,13 @@ the cache holds a reference, so an identity check cannot be fooled by a reused i
 joins, family by family, the family's `# HELP`/`# TYPE` header and every part's chunk: the
 body `generate_latest` would give, but only the cluster that changed is formatted again.
 
-gzip: each cached chunk also keeps its own gzip member, made once; a gzip scrape joins the
-members and compresses only what is rendered fresh (process, platform and GC metrics, every
-other collector). Concatenated gzip members are one valid gzip stream (RFC 1952 section 2.2;
-Go's gzip reader, which Prometheus uses, reads them as one body).
+gzip: each big cached chunk (a cluster's many late series, say) keeps its own gzip member,
+made once; the small pieces between them (headers, most families' few series) are compressed
+together, one member per run, kept while the run's pieces are the same. A gzip scrape with no
+publish since the previous one joins cached members and compresses only what is rendered fresh
+(process, platform and GC metrics, every other collector). Concatenated gzip members are one
+valid gzip stream (RFC 1952 section 2.2; Go's gzip reader, which Prometheus uses, reads them
+as one body), and the body is within a few percent of one gzip stream's size.
 
 A publish formats, on the poll's thread, the cluster it changed in the formats scrapers asked
 for since that cluster's previous publish (`warm`), so the next scrape finds its bytes ready;
@@ -27,7 +30,7 @@ from __future__ import annotations
 import gzip
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -50,6 +53,13 @@ client-chosen version and escaping), so the bound keeps a client that cycles thr
 from holding one multi-MB body per variant."""
 GZIP_LEVEL = 6
 """zlib's default: within a few percent of level 9's size at a fraction of its time."""
+FRESH_GZIP_LEVEL = 1
+"""For the few KB rendered on every scrape: level 6 would cost twice the time for ~10% less."""
+BIG_CHUNK_BYTES = 16 * 1024
+"""A cluster's sample lines of one family this big get a gzip member of their own, made once
+per publish. The smaller pieces between two big ones (headers, the few series of most
+families) are compressed together in one member, kept until one of them changes: one member
+per small piece would make the body several times larger than one gzip stream."""
 
 _OPENMETRICS_EOF = b"# EOF\n"
 _HELP = b"# HELP "
@@ -69,8 +79,8 @@ def _without_eof(body: bytes, openmetrics: bool) -> bytes:
     return body[: -len(_OPENMETRICS_EOF)]
 
 
-def _gzip(data: bytes) -> bytes:
-    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+def _gzip(data: bytes, level: int = GZIP_LEVEL) -> bytes:
+    return gzip.compress(data, compresslevel=level, mtime=0)
 
 
 class _Collectors(Collector):
@@ -112,18 +122,24 @@ def _split_families(body: bytes, families: int) -> tuple[list[bytes], list[bytes
 
 @dataclass(slots=True)
 class _Rendered:
-    """One part in one format: each family's header and sample lines, and their gzip members
-    once a gzip scrape asked for them."""
+    """One part in one format: each family's header and sample lines, and the gzip members of
+    its big chunks once a gzip scrape asked for them."""
 
     headers: list[bytes]
     chunks: list[bytes]
-    gzipped: tuple[list[bytes], list[bytes]] | None = None
+    members: dict[int, bytes] = field(default_factory=dict)
 
-    def members(self) -> tuple[list[bytes], list[bytes]]:
-        if self.gzipped is None:
-            self.gzipped = ([_gzip(header) for header in self.headers],
-                            [_gzip(chunk) if chunk else b"" for chunk in self.chunks])
-        return self.gzipped
+    def member(self, family: int) -> bytes:
+        """The gzip member of a big chunk, made once."""
+        found = self.members.get(family)
+        if found is None:
+            found = self.members[family] = _gzip(self.chunks[family])
+        return found
+
+    def compress_big_chunks(self) -> None:
+        for family, chunk in enumerate(self.chunks):
+            if len(chunk) >= BIG_CHUNK_BYTES:
+                self.member(family)
 
 
 @dataclass(slots=True)
@@ -140,12 +156,20 @@ def _remember(formats: dict[str, Any], content_type: str, value: Any) -> None:
     formats[content_type] = value
 
 
+_Run = tuple[tuple[bytes, ...], bytes]
+
+
 class SnapshotRenderCache:
     """Formatted parts of each SnapshotCollector, per format, valid while their source is."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._parts: dict[tuple[SnapshotCollector, str], _Part] = {}
+        # collector -> {content type: [(the pieces of a run of small pieces, their member)]}
+        self._runs: dict[SnapshotCollector, dict[str, list[_Run]]] = {}
+        # (collector, content type) -> (the parts of the last gzip body, its members)
+        self._bodies: dict[tuple[SnapshotCollector, str], tuple[tuple[_Rendered, ...],
+                                                                list[bytes]]] = {}
         # cluster -> {content type: (encoder, gzip)} asked for since that cluster's last publish
         self._wanted: dict[str, dict[str, tuple[Encoder, bool]]] = {}
         self.renders = 0
@@ -168,14 +192,60 @@ class SnapshotRenderCache:
         rendered = [self._rendered(collector, name, source, encoder, content_type)
                     for name, source in sources]
         if gz:
-            head = rendered[0].members()[0]
-            pieces = [r.members()[1] for r in rendered]
-        else:
-            head, pieces = rendered[0].headers, [r.chunks for r in rendered]
+            return self._gzip_members(collector, content_type, rendered)
         out: list[bytes] = []
-        for i, header in enumerate(head):
+        for i, header in enumerate(rendered[0].headers):
             out.append(header)
-            out.extend(chunks[i] for chunks in pieces if chunks[i])
+            out.extend(r.chunks[i] for r in rendered if r.chunks[i])
+        return out
+
+    def _gzip_members(self, collector: SnapshotCollector, content_type: str,
+                      rendered: list[_Rendered]) -> list[bytes]:
+        """The body as gzip members: big chunks' own, and one per run of small pieces, each
+        reused while its pieces are the same objects (identity, as for the parts)."""
+        with self._lock:
+            last = self._bodies.get((collector, content_type))
+        if last is not None and len(last[0]) == len(rendered) and all(
+            a is b for a, b in zip(last[0], rendered, strict=True)
+        ):
+            return last[1]  # no part changed since the previous gzip scrape
+        with self._lock:
+            runs = self._runs.setdefault(collector, {})
+            cached = runs.get(content_type, [])
+        fresh_runs: list[_Run] = []
+        out: list[bytes] = []
+        run: list[bytes] = []
+
+        def close_run() -> None:
+            if not run:
+                return
+            pieces = tuple(run)
+            n = len(fresh_runs)
+            if n < len(cached) and len(cached[n][0]) == len(pieces) and all(
+                a is b for a, b in zip(cached[n][0], pieces, strict=True)
+            ):
+                member = cached[n][1]
+            else:
+                member = _gzip(b"".join(pieces))
+            fresh_runs.append((pieces, member))
+            out.append(member)
+            run.clear()
+
+        for i, header in enumerate(rendered[0].headers):
+            run.append(header)
+            for part in rendered:
+                chunk = part.chunks[i]
+                if len(chunk) >= BIG_CHUNK_BYTES:
+                    close_run()
+                    out.append(part.member(i))
+                elif chunk:
+                    run.append(chunk)
+        close_run()
+        with self._lock:
+            _remember(runs, content_type, fresh_runs)
+            if len(self._bodies) >= 2 * MAX_CACHED_FORMATS:
+                del self._bodies[next(iter(self._bodies))]
+            self._bodies[(collector, content_type)] = (tuple(rendered), out)
         return out
 
     def _rendered(self, collector: SnapshotCollector, name: str, source: object,
@@ -218,7 +288,7 @@ class SnapshotRenderCache:
                     try:
                         rendered = self._rendered(collector, name, state, encoder, content_type)
                         if gz:
-                            rendered.members()
+                            rendered.compress_big_chunks()
                     except Exception:  # the scrape formats it itself; never fail the publish
                         _log.warning("metrics_prerender_failed", content_type=content_type,
                                      exc_info=True)
@@ -245,7 +315,7 @@ def render_registry(
         data = (_without_eof(encoder(_Collectors(fresh)), openmetrics) if fresh else b"") + tail
         fresh.clear()
         if data:
-            pieces.append(_gzip(data) if gz else data)
+            pieces.append(_gzip(data, FRESH_GZIP_LEVEL) if gz else data)
 
     for collector in registry.collectors():
         if isinstance(collector, SnapshotCollector):
