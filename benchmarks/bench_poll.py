@@ -22,6 +22,8 @@ KafkaAdminClient included); "warm" = the second poll on the same client.
 
 Run: python benchmarks/bench_poll.py                 # 10 brokers x 20k, then the sweep
      python benchmarks/bench_poll.py --no-sweep      # only the comparison
+     python benchmarks/bench_poll.py --baseline-tree DIR   # this tree's poller vs the one in
+                                                     # DIR (e.g. a checkout of main), same sim
 """
 
 from __future__ import annotations
@@ -312,6 +314,44 @@ def measure(
     return merged
 
 
+def compare_trees(
+    baseline_tree: Path, brokers: int, partitions: int, latency_ms: int, polls: int, repeat: int
+) -> dict[str, Any]:
+    """Our poller from this tree vs from `baseline_tree` (another checkout), same sim process,
+    runs interleaved so that load changes hit both sides alike; ratio = this / baseline."""
+    baseline_script = baseline_tree.resolve() / "benchmarks" / SCRIPT.name
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
+    with sim_server(brokers, partitions, latency_ms) as sim:
+        sides = [("this", SCRIPT), ("baseline", baseline_script)]
+        for i in range(repeat):
+            for side, script in sides if i % 2 == 0 else sides[::-1]:  # neither always first
+                runs[side].append(common.run_child(
+                    script, ["ours", "--bootstrap", sim["bootstrap"], "--polls", str(polls)]
+                ))
+    result: dict[str, Any] = {
+        "bench": "poll_vs_baseline_tree",
+        "brokers": brokers,
+        "partitions": partitions,
+        "latency_ms": latency_ms,
+        "repeat": repeat,
+        "sim": sim,
+    }
+    for side, records in runs.items():
+        for i, name in enumerate(("cold", "warm")[:polls]):
+            for key in ("wall_seconds", "cpu_seconds"):
+                result[f"{side}_{name}_{key}"] = round(
+                    statistics.median(r["polls"][i][key] for r in records), 4)
+        result[f"{side}_hwm_mib"] = max(r["hwm_mib"] for r in records)
+        result[f"{side}_rss_before_mib"] = max(r["rss_before_mib"] for r in records)
+        result[f"{side}_open_transactions"] = records[0]["open_transactions"]
+    for name in ("cold", "warm")[:polls]:
+        for key in ("wall_seconds", "cpu_seconds"):
+            result[f"ratio_{name}_{key}"] = common.ratio(
+                result[f"this_{name}_{key}"], result[f"baseline_{name}_{key}"])
+    result["ratio_peak_rss"] = common.ratio(result["this_hwm_mib"], result["baseline_hwm_mib"])
+    return result
+
+
 def compare(
     brokers: int, partitions: int, latency_ms: int, polls: int, repeat: int,
     profile: str | None = None,
@@ -438,6 +478,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--profile", help="write a cProfile of our poller's polls here")
+    parser.add_argument("--baseline-tree", type=Path,
+                        help="compare this tree's poller with the one in this checkout only")
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.brokers, args.partitions, args.latency_ms)
@@ -450,6 +492,13 @@ def main(argv: list[str]) -> int:
 
     machine = common.machine_info()
     print(f"machine: {machine}")
+    if args.baseline_tree is not None:
+        result = compare_trees(args.baseline_tree, args.brokers, args.partitions,
+                               args.latency_ms, args.polls, args.repeat)
+        result["machine"] = machine
+        result["load_average_after"] = common.load_average()
+        common.emit(result)
+        return 0
     result = compare(args.brokers, args.partitions, args.latency_ms, args.polls, args.repeat,
                      args.profile)
     result["machine"] = machine

@@ -1,7 +1,8 @@
 """Pure analysis: one `ClusterObservation` in, one `ClusterSnapshot` out.
 
 No I/O and no engine assumptions, so the batch (Spark) path can reuse every function here.
-Semantics follow docs/kafka-semantics.md (#late-transactions, #find-hanging):
+Semantics follow docs/kafka-semantics.md (#late-transactions, #find-hanging; the lateness
+rules themselves live in `exporter.rules`):
 
 - "late" is the broker's `PartitionsWithLateTransactionsCount` rule (now - T >
   transaction.max.timeout.ms + buffer), but with T = the transaction's *start* (batch timestamp
@@ -25,10 +26,25 @@ from exporter.model import (
     TransactionDescription,
     UnobservedReason,
 )
+from exporter.rules import (
+    DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    effective_max_timeout_ms,
+    is_late,
+    transaction_age_ms,
+)
 from exporter.settings import ClusterSettings
 
-DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
-"""Kafka's default transaction.max.timeout.ms (15 min), used when a broker's value is unknown."""
+__all__ = [
+    "DEFAULT_TRANSACTION_MAX_TIMEOUT_MS",
+    "analyze",
+    "classify",
+    "effective_max_timeout_ms",
+    "is_late",
+    "late_transactions",
+    "max_timeout_by_broker",
+    "transaction_age_ms",
+    "unobserved_reason",
+]
 
 
 _UNOBSERVED_REASONS: dict[str, UnobservedReason] = {
@@ -55,27 +71,6 @@ def unobserved_reason(detail: str) -> UnobservedReason:
         return UnobservedReason(detail)
     except ValueError:
         return UnobservedReason.ERROR
-
-
-def transaction_age_ms(open_txn: OpenTransaction, now_ms: int) -> int:
-    """How long the transaction has been open; never negative (clock skew)."""
-    return max(0, now_ms - open_txn.start_time_ms)
-
-
-def is_late(
-    open_txn: OpenTransaction, now_ms: int, max_timeout_ms: int, late_buffer_ms: int
-) -> bool:
-    """Late when age > transaction.max.timeout.ms + buffer (strict, like the broker's rule)."""
-    return now_ms - open_txn.start_time_ms > max_timeout_ms + late_buffer_ms
-
-
-def effective_max_timeout_ms(settings: ClusterSettings, broker_max_timeout_ms: int | None) -> int:
-    """The override, else the leader's transaction.max.timeout.ms, else Kafka's default."""
-    if settings.transaction_max_timeout_ms is not None:
-        return settings.transaction_max_timeout_ms
-    if broker_max_timeout_ms is not None:
-        return broker_max_timeout_ms
-    return DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
 
 
 def classify(

@@ -37,9 +37,16 @@ class Classification(StrEnum):
     """The coordinator-side APIs could not be asked (unsupported, unauthorised, failed)."""
 
 
+TxnKey = tuple[str, int, int, int, int]
+"""(topic, partition, producer_id, producer_epoch, current_txn_start_offset): one transaction."""
+
+
 @dataclass(frozen=True, slots=True)
-class OpenTransaction:
-    """One DescribeProducers entry with CurrentTxnStartOffset >= 0, plus its start time."""
+class ProducerEntry:
+    """One DescribeProducers entry (a producer active on a partition), as its leader reported
+    it: the one record for it in serve, scan and abort (built by `collect.parse`).
+
+    `current_txn_start_offset` >= 0 means a transaction is open from that offset; -1 none."""
 
     topic: str
     partition: int
@@ -49,6 +56,26 @@ class OpenTransaction:
     coordinator_epoch: int
     current_txn_start_offset: int
     last_timestamp_ms: int
+
+    @property
+    def key(self) -> TxnKey:
+        return (
+            self.topic,
+            self.partition,
+            self.producer_id,
+            self.producer_epoch,
+            self.current_txn_start_offset,
+        )
+
+    @property
+    def is_open(self) -> bool:
+        return self.current_txn_start_offset >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction(ProducerEntry):
+    """A `ProducerEntry` with an open transaction, plus its start time and where it came from."""
+
     start_time_ms: int
     start_time_source: StartTimeSource
 

@@ -32,6 +32,7 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from exporter.collect.errors import error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.settings import SaslSettings, TlsSettings
 from exporter.tlsfiles import load_cert_chain
@@ -40,21 +41,6 @@ _SIZE = struct.Struct(">i")
 _MAX_FRAME_BYTES = 512 * 1024 * 1024
 CLIENT_SOFTWARE_NAME = "kafka-txn-exporter"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
-
-# kafka-python still uses pre-KIP-497 names for a few codes; metrics use Kafka's current names.
-_ERROR_NAME_OVERRIDES = {6: "NOT_LEADER_OR_FOLLOWER"}
-
-
-def error_name(error_code: int) -> str:
-    """Kafka's name for a protocol error code (e.g. 29 -> TOPIC_AUTHORIZATION_FAILED)."""
-    if error_code in _ERROR_NAME_OVERRIDES:
-        return _ERROR_NAME_OVERRIDES[error_code]
-    cls: Any = kafka_errors.for_code(error_code)
-    message = getattr(cls, "message", None)
-    if isinstance(message, str) and message and cls.__name__ != "UnrecognizedBrokerError":
-        return message
-    return f"UNKNOWN_ERROR_CODE_{error_code}"
-
 
 class CollectError(Exception):
     """Base of every failure the collect layer reports; `kind` is a stable label value."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import struct
 import uuid
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +76,10 @@ class LeanMetadataResponse:
 
 
 @dataclass(slots=True)
-class ProducerState:
+class ActiveProducer:
+    """The wire struct DescribeProducersResponse.ActiveProducers (kafka-python's field names);
+    `collect.parse` turns it into the exporter's one record, `model.ProducerEntry`."""
+
     producer_id: int
     producer_epoch: int
     last_sequence: int
@@ -89,7 +93,7 @@ class DescribeProducersPartition:
     partition_index: int
     error_code: int
     error_message: str | None
-    active_producers: list[ProducerState]
+    active_producers: list[ActiveProducer]
 
 
 @dataclass(slots=True)
@@ -97,6 +101,9 @@ class DescribeProducersTopic:
     name: str
     partitions: list[DescribeProducersPartition]
     """Only partitions with an error or at least one active producer."""
+    answered_indexes: array[int]
+    """Every partition index the answer holds, empty ones included: a requested partition
+    missing here was not observed (an int32 array: no object per partition)."""
 
 
 @dataclass(slots=True)
@@ -325,16 +332,19 @@ def decode_describe_producers(payload: bytes, version: int) -> LeanDescribeProdu
         name, pos = _string(data, pos, "topics[].name")
         partition_count, pos = _array(data, pos, "topics[].partitions")
         partitions: list[DescribeProducersPartition] = []
+        answered = array("i")
+        answer = answered.append
         for _ in range(partition_count):
             index, error_code, message_size, producer_count, tags = unpack_head(data, pos)
+            answer(index)
             if error_code == 0 and message_size == 0 and producer_count == 1 and tags == 0:
                 pos += 9  # the common case: nothing to report
                 continue
             message, pos = _nullable_string(data, pos + 6)
             producer_count, pos = _array(data, pos, "active_producers")
-            producers: list[ProducerState] = []
+            producers: list[ActiveProducer] = []
             for _ in range(producer_count):
-                producers.append(ProducerState(*_PRODUCER.unpack_from(data, pos)))
+                producers.append(ActiveProducer(*_PRODUCER.unpack_from(data, pos)))
                 pos = _skip_tags(data, pos + _PRODUCER.size)
             pos = _skip_tags(data, pos)
             if error_code != 0 or producers:
@@ -342,7 +352,7 @@ def decode_describe_producers(payload: bytes, version: int) -> LeanDescribeProdu
                     DescribeProducersPartition(index, error_code, message, producers)
                 )
         pos = _skip_tags(data, pos)
-        topics.append(DescribeProducersTopic(name, partitions))
+        topics.append(DescribeProducersTopic(name, partitions, answered))
     pos = _skip_tags(data, pos)
     _end(data, pos)
     return LeanDescribeProducersResponse(version, throttle_time_ms, topics)
