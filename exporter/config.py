@@ -704,3 +704,45 @@ def env_help() -> str:
         "  KTE_CLUSTER_SASL_PASSWORD_FILE or KTE_CLUSTER_SASL_PASSWORD_ENV (name of the variable\n"
         "  holding it). Durations accept seconds or strings like 30s, 5m, 1h."
     )
+
+
+# --------------------------------------------------------------------------- for other commands
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The config file's top-level mapping, for a command that validates a section of its own
+    (`abort` reads `admin`); raises ConfigError exactly as `load_settings` would."""
+    return _read_yaml(path)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEntry:
+    """A validated `{name, client_id?, tls?, sasl?}` entry: another principal for a
+    configured cluster (the abort command's `admin.clusters[]`)."""
+
+    name: str
+    client_id: str | None
+    tls: TlsSettings | None
+    sasl: SaslSettings | None
+
+
+_CLIENT_ENTRY_FIELDS: dict[str, Parser] = {"name": _cluster_name, "client_id": _str}
+
+
+def parse_client_entry(raw: Any, path: str, env: Mapping[str, str]) -> ClientEntry:
+    """Validate one client entry with the same rules (and messages) as a cluster's fields."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {_describe(raw)}")
+    flat = {k: v for k, v in raw.items() if k not in _NESTED_CLUSTER_FIELDS}
+    parsed = _parse_section(flat, _CLIENT_ENTRY_FIELDS, path)
+    if "name" not in parsed:
+        raise ConfigError(f"{path}.name: required")
+    tls = None
+    if raw.get("tls") is not None:
+        tls = _build_tls(_parse_section(raw["tls"], _TLS_FIELDS, f"{path}.tls"), f"{path}.tls")
+    sasl = None
+    if raw.get("sasl") is not None:
+        sasl = _build_sasl(
+            _parse_section(raw["sasl"], _SASL_FIELDS, f"{path}.sasl"), f"{path}.sasl", env
+        )
+    return ClientEntry(parsed["name"], parsed.get("client_id"), tls, sasl)

@@ -1,4 +1,4 @@
-"""`kafka-txn-exporter abort` (exporter/abort.py) against the simulated cluster.
+"""`kafka-txn-exporter abort` (exporter/abort/) against the simulated cluster.
 
 Semantics: docs/kafka-semantics.md#abort. The simulator runs with
 transaction.max.timeout.ms=60000 and partition verification off (needed for a hanging
@@ -26,7 +26,6 @@ from exporter.abort import (
     EXIT_ABORTED,
     EXIT_ERROR,
     EXIT_REFUSED,
-    ProducerState,
     load_admin_settings,
     marker_coordinator_epoch,
     run_abort,
@@ -35,7 +34,7 @@ from exporter.abort import (
 from exporter.analyze import analyze
 from exporter.collect.connection import BrokerConnection, ConnectionOptions
 from exporter.config import ConfigError
-from exporter.model import Classification, TopicPartition
+from exporter.model import Classification, ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
 
 WRITE_TXN_MARKERS = 27
@@ -268,8 +267,9 @@ def test_marker_coordinator_epoch_uses_reported_and_zero_for_minus_one() -> None
 def test_write_txn_markers_request_is_v1_abort_with_reported_epochs() -> None:
     connection = BrokerConnection("127.0.0.1", 1, ConnectionOptions(client_id="t"))
     connection.api_versions = {WRITE_TXN_MARKERS: (1, 2)}
-    producer = ProducerState(producer_id=42, producer_epoch=3, coordinator_epoch=5,
-                             last_timestamp_ms=0, current_txn_start_offset=10)
+    producer = ProducerEntry(topic="t", partition=4, leader_id=1, producer_id=42,
+                             producer_epoch=3, coordinator_epoch=5,
+                             current_txn_start_offset=10, last_timestamp_ms=0)
     request = write_txn_markers_request(TopicPartition("t", 4), producer)(connection)
     assert request.API_VERSION == 1
     (marker,) = request.markers
@@ -300,12 +300,12 @@ def test_admin_loader_rejects_an_admin_entry_for_an_unknown_cluster(tmp_path: Pa
 
 
 def test_daemon_code_paths_never_write_markers() -> None:
-    """Only exporter/abort.py (and the simulator's broker side) may mention WriteTxnMarkers,
-    and the daemon's entry point must not import it."""
+    """Only exporter/abort/ may mention WriteTxnMarkers, and the daemon's entry point must
+    not import it."""
     offenders = [
         str(p.relative_to(REPO))
         for p in (REPO / "exporter").rglob("*.py")
-        if p.name != "abort.py" and "sim" not in p.relative_to(REPO / "exporter").parts
+        if "abort" not in p.relative_to(REPO / "exporter").parts
         and re.search(r"WriteTxnMarkers|write_txn_markers", p.read_text(encoding="utf-8"))
     ]
     assert offenders == []
