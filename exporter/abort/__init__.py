@@ -4,7 +4,7 @@ The only code in the exporter that writes to Kafka. It is a separate, explicit c
 own credentials (the `admin` section of the config): the daemon (`serve`) never imports this
 package and its principal needs no write rights at all.
 
-What it does, following `kafka-transactions.sh abort` (docs/kafka-semantics.md, "Abort") with
+What it does, following `kafka-transactions.sh abort` (docs/kafka-semantics.md#abort) with
 the exporter's own safety checks in front:
 
 1. Detect again, through the same code the daemon uses: one `ClusterPoller.poll()` and
