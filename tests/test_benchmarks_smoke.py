@@ -155,8 +155,25 @@ def test_bench_scrape_metrics_tiny_reports_renders_and_baselines() -> None:
     assert "late/gauge" in stdout
     served = r["served"]
     assert set(served) == {"uncached", "cached", "after_publish", "after_publish_prerendered",
-                           "cached_gzip", "full_uncached", "full_cached"}
+                           "cached_gzip", "fresh_only", "full_uncached", "full_cached"}
+    assert served["fresh_only"]["bytes"] < served["cached"]["bytes"]
+    assert r["ratio_cached_gzip_vs_cached"] > 0
     # the same registry answers with the same body size, cached or not (+- process metrics)
     assert abs(served["cached"]["bytes"] - served["uncached"]["bytes"]) < 200
     assert served["cached_gzip"]["bytes"] < served["cached"]["bytes"]
     assert r["ratio_cached_vs_uncached"] > 0 and "cached/uncached" in stdout
+
+
+def test_bench_publish_render_tiny_compares_with_the_previous_cache() -> None:
+    stdout, results = _run("bench_publish_render.py", "--clusters", "3", "--late", "20",
+                           "--minutes", "0.5")
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "publish_render"
+    _assert_machine(r["machine"])
+    s = r["scenarios"]
+    assert set(s) == {"never_scraped", "scraped", "previous_scraped"}
+    assert s["never_scraped"]["scrapes"] == 0 and s["scraped"]["scrapes"] == 2
+    assert s["scraped"]["publishes"] == s["never_scraped"]["publishes"] == 9
+    assert s["scraped"]["body_checked_against_prometheus_client"] is True
+    assert r["ratio_scraped_vs_previous"] > 0 and "scraped/previous" in stdout
