@@ -13,7 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # runs each benchmark end to end
+
 BENCHMARKS = REPO_ROOT / "benchmarks"
 RESULT_PREFIX = "RESULT "
 

@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # runs the soak and load benchmarks
 
 
 def run(script: str, *args: str) -> dict[str, Any]:

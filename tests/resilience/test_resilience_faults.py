@@ -24,6 +24,8 @@ from exporter.scheduler import ClusterJob, make_cluster_job
 from exporter.settings import ClusterSettings
 from resilience.harness import Scraper, cluster_settings, in_process_exporter
 
+pytestmark = pytest.mark.slow  # waits out timeouts and poll intervals on purpose
+
 BROKER_CONFIG = {
     "transaction.max.timeout.ms": "60000",
     "transaction.partition.verification.enable": "false",

@@ -13,6 +13,8 @@ from kafka_sim.cluster import SimCluster
 
 from resilience.harness import ServeProcess, clean_env
 
+pytestmark = pytest.mark.slow  # exporter processes under load, waits for SIGTERM handling
+
 
 def hammer(url: str, stop: threading.Event) -> None:
     while not stop.is_set():
