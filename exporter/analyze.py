@@ -140,7 +140,10 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     late: list[LateTransaction] = []
     late_partitions: set[TopicPartition] = set()
     hanging_partitions: set[TopicPartition] = set()
+    undecided_brokers: set[int] = set()  # a late transaction classified unknown
+    by_source: dict[str, int] = {}
     for txn in obs.open_transactions:
+        by_source[txn.start_time_source.value] = by_source.get(txn.start_time_source.value, 0) + 1
         tp = TopicPartition(txn.topic, txn.partition)
         age_ms = transaction_age_ms(txn, now_ms)
         if age_ms > max_age_ms.get(tp, -1):
@@ -163,6 +166,8 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         late_partitions.add(tp)
         if classification is Classification.HANGING:
             hanging_partitions.add(tp)
+        elif classification is Classification.UNKNOWN:
+            undecided_brokers.add(txn.leader_id)
 
     open_count: dict[int, int] = {}
     late_count: dict[int, int] = {}
@@ -174,20 +179,29 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         if tp in hanging_partitions:
             hanging_count[leader] = hanging_count.get(leader, 0) + 1
 
-    # A down (or up but unobservable) broker's numbers are unknown, not zero: they are left
-    # at 0 here and the expose layer omits them.
+    # A broker's counts are known only when every partition it leads was observed (it is up,
+    # offers DescribeProducers, and answered for each of them); otherwise they are None
+    # (absent), never 0. The hanging count is also unknown while a late transaction on the
+    # broker could not be classified.
+    partial_brokers = {
+        leader for tp in obs.unobserved if (leader := obs.leaders.get(tp, -1)) >= 0
+    }
     brokers = tuple(
         BrokerSummary(
             broker_id=b.broker_id,
             up=b.up,
-            partitions_with_open_transactions=open_count.get(b.broker_id, 0) if known else 0,
-            partitions_with_late_transactions=late_count.get(b.broker_id, 0) if known else 0,
-            partitions_with_hanging_transactions=hanging_count.get(b.broker_id, 0) if known else 0,
+            partitions_with_open_transactions=open_count.get(b.broker_id, 0) if known else None,
+            partitions_with_late_transactions=late_count.get(b.broker_id, 0) if known else None,
+            partitions_with_hanging_transactions=(
+                hanging_count.get(b.broker_id, 0)
+                if known and b.broker_id not in undecided_brokers
+                else None
+            ),
             transaction_max_timeout_ms=b.transaction_max_timeout_ms,
             observable=b.observable,
         )
         for b in sorted(obs.brokers, key=lambda b: b.broker_id)
-        for known in (b.up and b.observable,)
+        for known in (b.up and b.observable and b.broker_id not in partial_brokers,)
     )
     by_reason: dict[str, int] = {}
     for detail in obs.unobserved.values():
@@ -205,7 +219,9 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         brokers=brokers,
         max_active_transaction_duration_seconds=reported,
         cluster_max_active_transaction_duration_seconds=(
-            max(max_age_ms.values()) / 1000.0 if max_age_ms else 0.0
+            max(max_age_ms.values()) / 1000.0
+            if max_age_ms
+            else (None if obs.unobserved else 0.0)
         ),
         late_transactions=tuple(late),
         transaction_states=obs.transaction_states,
@@ -214,4 +230,5 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         request_errors=obs.request_errors,
         poll_duration_seconds=obs.poll_duration_seconds,
         unobserved_by_reason=dict(sorted(by_reason.items())),
+        open_transactions_by_start_time_source=dict(sorted(by_source.items())),
     )

@@ -356,6 +356,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "describe_producers_batch_size": (1, 100_000),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
     "retention_days": (1, 36_500),
+    "max_response_bytes": (1024 * 1024, 512 * 1024 * 1024),
 }
 _CLUSTER_FIELDS: dict[str, Parser] = {
     "name": _cluster_name,
@@ -370,6 +371,7 @@ _CLUSTER_FIELDS: dict[str, Parser] = {
         *INT_BOUNDS["transaction_max_timeout_ms"]
     ),
     "config_refresh_seconds": _bounded_duration("config_refresh_seconds"),
+    "max_response_bytes": _bounded_int(*INT_BOUNDS["max_response_bytes"]),
     "labels": _labels,
 }
 _NESTED_CLUSTER_FIELDS: dict[str, dict[str, Parser]] = {"tls": _TLS_FIELDS, "sasl": _SASL_FIELDS}

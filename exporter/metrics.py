@@ -134,6 +134,13 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cluster", "reason"),
     ),
     MetricSpec(
+        "kafka_txn_exporter_open_transactions_by_start_time_source", "gauge",
+        "Open transactions by where their start time came from (batch_timestamp, "
+        "last_timestamp, first_seen: the producer's timestamps were missing or impossible); "
+        "only sources with a count.",
+        ("cluster", "source"),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_poll_interval_seconds", "gauge",
         "The cluster's configured poll interval (poll_interval_seconds).",
         ("cluster",),

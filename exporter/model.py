@@ -18,14 +18,19 @@ class TopicPartition:
 
 
 class StartTimeSource(StrEnum):
-    """Where an open transaction's start time came from (reported as a label)."""
+    """Where an open transaction's start time came from (reported as a label).
+
+    The earliest trustworthy evidence wins (`rules.start_time`): a producer's timestamp is
+    used only when it is possible (not negative) and not later than when the exporter first
+    saw the transaction open; otherwise the next source is."""
 
     BATCH_TIMESTAMP = "batch_timestamp"
     """Max timestamp of the record batch at CurrentTxnStartOffset (read with Fetch)."""
     LAST_TIMESTAMP = "last_timestamp"
-    """DescribeProducers LastTimestamp: the fallback when the batch cannot be read."""
+    """DescribeProducers LastTimestamp: when the batch cannot be read or is impossible."""
     FIRST_SEEN = "first_seen"
-    """When the exporter first saw the transaction open, if earlier than LastTimestamp."""
+    """When the exporter first saw the transaction open: when neither producer timestamp is
+    possible (e.g. -1, or later than that moment: a producer clock running fast)."""
 
 
 class Classification(StrEnum):
@@ -175,13 +180,17 @@ class LateTransaction:
 class BrokerSummary:
     broker_id: int
     up: bool
-    partitions_with_open_transactions: int
-    partitions_with_late_transactions: int
-    partitions_with_hanging_transactions: int
+    partitions_with_open_transactions: int | None
+    """None (unknown, not zero) unless every partition the broker leads was observed."""
+    partitions_with_late_transactions: int | None
+    """None under the same condition as the open count."""
+    partitions_with_hanging_transactions: int | None
+    """None also while any late transaction on the broker is classified unknown (e.g. its
+    coordinator is loading): a hanging one may hide among them."""
     transaction_max_timeout_ms: int | None
     observable: bool = True
-    """False (with `up` True) when the broker cannot report producer state: the three counts
-    above are unknown, not zero, and must not be exposed (see BrokerStatus.observable)."""
+    """False (with `up` True) when the broker cannot report producer state (no
+    DescribeProducers): its partitions are unobserved, so its counts are None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +203,10 @@ class ClusterSnapshot:
     brokers: tuple[BrokerSummary, ...]
     max_active_transaction_duration_seconds: Mapping[TopicPartition, float]
     """Only partitions at or above `min_reported_duration`."""
-    cluster_max_active_transaction_duration_seconds: float
+    cluster_max_active_transaction_duration_seconds: float | None
+    """None when no open transaction was seen and some partition was not observed (unknown,
+    not 0). With partitions unobserved, the age of the oldest transaction seen (a lower
+    bound: an observed hanging transaction is never hidden)."""
     late_transactions: tuple[LateTransaction, ...]
     transaction_states: Mapping[str, int] | None
     last_stable_offset_lag: Mapping[TopicPartition, int]
@@ -203,3 +215,5 @@ class ClusterSnapshot:
     poll_duration_seconds: float
     unobserved_by_reason: Mapping[str, int] = field(default_factory=dict)
     """Unobserved partitions per `UnobservedReason` value (only reasons with a count)."""
+    open_transactions_by_start_time_source: Mapping[str, int] = field(default_factory=dict)
+    """Open transactions per `StartTimeSource` value (only sources with a count)."""

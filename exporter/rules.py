@@ -8,7 +8,7 @@ docs/kafka-semantics.md#late-transactions.
 
 from __future__ import annotations
 
-from exporter.model import OpenTransaction
+from exporter.model import OpenTransaction, StartTimeSource
 from exporter.settings import ClusterSettings
 
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
@@ -38,3 +38,21 @@ def effective_max_timeout_ms(settings: ClusterSettings, broker_max_timeout_ms: i
     if broker_max_timeout_ms is not None:
         return broker_max_timeout_ms
     return DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
+
+
+def start_time(
+    batch_timestamp_ms: int | None, last_timestamp_ms: int, first_seen_ms: int
+) -> tuple[int, StartTimeSource]:
+    """The earliest trustworthy evidence of when a transaction began.
+
+    The batch timestamp at CurrentTxnStartOffset (None: not read), else DescribeProducers'
+    LastTimestamp, each only when possible: not negative (-1 is Kafka's "no timestamp") and
+    not later than `first_seen_ms`, when the exporter first saw the transaction open (a
+    transaction cannot begin after it was seen open; a producer clock running fast would
+    otherwise hide a hanging transaction for as long as it is fast). Failing both, that
+    moment itself: an upper bound on the start, never a made-up age."""
+    if batch_timestamp_ms is not None and 0 <= batch_timestamp_ms <= first_seen_ms:
+        return batch_timestamp_ms, StartTimeSource.BATCH_TIMESTAMP
+    if 0 <= last_timestamp_ms <= first_seen_ms:
+        return last_timestamp_ms, StartTimeSource.LAST_TIMESTAMP
+    return first_seen_ms, StartTimeSource.FIRST_SEEN

@@ -70,11 +70,12 @@ def summarize(
         "brokers_up": sum(1 for b in snapshot.brokers if b.up),
         "late_transactions": len(snapshot.late_transactions),
         "hanging_transactions": hanging,
-        "partitions_with_open_transactions": sum(
-            b.partitions_with_open_transactions for b in snapshot.brokers
+        "partitions_with_open_transactions": sum(  # over brokers whose count is known
+            b.partitions_with_open_transactions or 0 for b in snapshot.brokers
         ),
-        "max_active_transaction_duration_seconds": round(
-            snapshot.cluster_max_active_transaction_duration_seconds, 3
+        "max_active_transaction_duration_seconds": (
+            None if (oldest := snapshot.cluster_max_active_transaction_duration_seconds) is None
+            else round(oldest, 3)
         ),
         "unobserved_partitions": snapshot.unobserved_partitions,
         "request_errors": len(snapshot.request_errors),

@@ -23,6 +23,9 @@ class SaslSettings:
     password: str = field(repr=False)
 
 
+DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
     name: str
@@ -39,6 +42,9 @@ class ClusterSettings:
     transaction_max_timeout_ms: int | None = None
     """Override for principals that may not DescribeConfigs; skips the lookup."""
     config_refresh_seconds: float = 3600.0
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    """Largest response frame read from a broker; a larger one fails that connection before
+    anything is buffered (a Metadata answer for 1M partitions is ~60 MiB)."""
     labels: Mapping[str, str] = field(default_factory=dict)
 
 

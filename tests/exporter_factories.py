@@ -92,6 +92,7 @@ def snapshot(
     unobserved_by_reason: Mapping[str, int] | None = None,
     request_errors: Sequence[RequestError] = (),
     poll_duration_seconds: float = 0.2,
+    by_start_time_source: Mapping[str, int] | None = None,
 ) -> ClusterSnapshot:
     durations = dict(durations or {})
     return ClusterSnapshot(
@@ -108,6 +109,7 @@ def snapshot(
         request_errors=tuple(request_errors),
         poll_duration_seconds=poll_duration_seconds,
         unobserved_by_reason=dict(unobserved_by_reason or {}),
+        open_transactions_by_start_time_source=dict(by_start_time_source or {}),
     )
 
 

@@ -292,13 +292,11 @@ def test_telemetry_path(path: str, ok: bool) -> None:
 
 
 def _schema_keys() -> set[str]:
-    from exporter import abort
-
     keys = set(config_module._TOP_LEVEL_KEYS)
     for fields in (config_module._CLUSTER_FIELDS, config_module._TLS_FIELDS,
                    config_module._SASL_FIELDS, config_module._WEB_FIELDS,
                    config_module._LOG_FIELDS, config_module._HISTORY_FIELDS,
-                   abort._ADMIN_CLUSTER_FIELDS):
+                   config_module._CLIENT_ENTRY_FIELDS):  # admin.clusters[] (abort)
         keys |= set(fields)
     return keys | set(config_module._NESTED_CLUSTER_FIELDS) | {"clusters"}
 

@@ -56,6 +56,7 @@ def golden_store() -> SnapshotStore:
         unobserved_by_reason={"broker_down": 3, "unauthorized": 1},
         request_errors=[RequestError(broker_id=3, api="DescribeProducers", error="timeout")],
         poll_duration_seconds=0.3,
+        by_start_time_source={"batch_timestamp": 2, "first_seen": 1},
     ), now_seconds=1_795_217_202.5)
     store.record_failure("staging", "cluster not reachable", 12.0)
     return store

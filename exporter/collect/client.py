@@ -87,6 +87,7 @@ class ClusterClient:
                 ssl_context=ssl_context,
                 sasl=settings.sasl,
                 connect_timeout_seconds=settings.request_timeout_seconds,
+                max_response_bytes=settings.max_response_bytes,
             )
         )
         self.bootstrap = [parse_bootstrap(s) for s in settings.bootstrap_servers]

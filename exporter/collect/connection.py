@@ -34,11 +34,10 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from exporter.collect.errors import error_name
 from exporter.collect.fastdecode import Decoder, decode_response
-from exporter.settings import SaslSettings, TlsSettings
+from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
 from exporter.tlsfiles import load_cert_chain
 
 _SIZE = struct.Struct(">i")
-_MAX_FRAME_BYTES = 512 * 1024 * 1024
 CLIENT_SOFTWARE_NAME = "kafka-txn-exporter"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
 
@@ -87,6 +86,8 @@ class ConnectionOptions:
     ssl_context: ssl.SSLContext | None = None
     sasl: SaslSettings | None = None
     connect_timeout_seconds: float = 10.0
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    """Frames above this fail the connection as soon as their 4-byte length is read."""
 
 
 class BrokerConnection:
@@ -278,8 +279,15 @@ class BrokerConnection:
         try:
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
-                if size < 4 or size > _MAX_FRAME_BYTES:
+                # Checked before reading the frame: nothing of an oversized one is buffered.
+                if size < 4:
                     error = DecodeError(f"invalid frame size {size}")
+                    break
+                if size > self._options.max_response_bytes:
+                    error = DecodeError(
+                        f"response frame of {size} bytes from {self.host}:{self.port} exceeds "
+                        f"max_response_bytes ({self._options.max_response_bytes})"
+                    )
                     break
                 payload = await reader.readexactly(size)
                 (correlation_id,) = _SIZE.unpack_from(payload, 0)

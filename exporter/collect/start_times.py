@@ -1,5 +1,6 @@
 """Start times of open transactions: the max timestamp of the record batch at
-CurrentTxnStartOffset, read with Fetch once per transaction and cached until it ends."""
+CurrentTxnStartOffset, read with Fetch once per transaction and cached until it ends, with
+when the exporter first saw it open; `rules.start_time` picks the earliest trustworthy one."""
 
 from __future__ import annotations
 
@@ -25,13 +26,8 @@ from exporter.collect.errors import (
 )
 from exporter.collect.fastdecode import lean
 from exporter.collect.pollstate import PollState
-from exporter.model import (
-    OpenTransaction,
-    ProducerEntry,
-    StartTimeSource,
-    TopicPartition,
-    TxnKey,
-)
+from exporter.model import OpenTransaction, ProducerEntry, TopicPartition, TxnKey
+from exporter.rules import start_time
 
 FETCH_BATCH_PARTITIONS = 100
 """Start-time reads per Fetch request (distinct partitions of one leader)."""
@@ -43,27 +39,36 @@ _DECODE_FETCH = lean(FetchResponse)  # v12-v17: only errors and raw records (fas
 
 
 class StartTimeResolver:
-    """Resolves and caches start times; forgets a transaction once it is seen ended."""
+    """Reads and caches batch timestamps and first sightings; forgets a transaction once it
+    is seen ended."""
 
     def __init__(self, client: ClusterClient) -> None:
         self._client = client
-        self._start_times: dict[TxnKey, tuple[int, StartTimeSource]] = {}
+        self._batch_timestamps: dict[TxnKey, int | None] = {}
+        """The batch's max timestamp; None: no readable batch at that offset (read no more)."""
         self._first_seen_ms: dict[TxnKey, int] = {}
 
     def cache_sizes(self) -> dict[str, int]:
-        return {"start_times": len(self._start_times), "first_seen": len(self._first_seen_ms)}
+        return {
+            "batch_timestamps": len(self._batch_timestamps),
+            "first_seen": len(self._first_seen_ms),
+        }
 
     async def resolve(self, meta: MetadataView, state: PollState) -> list[OpenTransaction]:
-        """Start = max timestamp of the batch at CurrentTxnStartOffset, read once per txn."""
-        to_read = [t for t in state.open_entries if t.key not in self._start_times]
-        for txn in to_read:
-            self._first_seen_ms.setdefault(txn.key, state.now_ms)
+        """Each open entry with its start time; the batch is read once per transaction."""
+        first_seen = self._first_seen_ms
+        for txn in state.open_entries:
+            first_seen.setdefault(txn.key, state.now_ms)
+        to_read = [t for t in state.open_entries if t.key not in self._batch_timestamps]
         if to_read:
             await self._read(to_read, meta, state)
         result: list[OpenTransaction] = []
+        batch_timestamps = self._batch_timestamps
         for t in state.open_entries:
-            cached = self._start_times.get(t.key)
-            start_ms, source = cached if cached is not None else self._fallback_start(t)
+            key = t.key
+            start_ms, source = start_time(
+                batch_timestamps.get(key), t.last_timestamp_ms, first_seen[key]
+            )
             result.append(
                 OpenTransaction(
                     t.topic,
@@ -84,7 +89,11 @@ class StartTimeResolver:
         """Forget transactions no longer open on partitions observed this poll (or gone)."""
         seen = {t.key for t in state.open_entries}
         unobserved = state.unobserved
-        for cache in (self._start_times, self._first_seen_ms):
+        caches: tuple[dict[TxnKey, int | None], dict[TxnKey, int]] = (
+            self._batch_timestamps,
+            self._first_seen_ms,
+        )
+        for cache in caches:
             stale = [
                 k
                 for k in cache
@@ -96,16 +105,6 @@ class StartTimeResolver:
             ]
             for k in stale:
                 del cache[k]
-
-    def _fallback_start(self, txn: ProducerEntry) -> tuple[int, StartTimeSource]:
-        """The earlier of LastTimestamp and when the exporter first saw the txn open."""
-        first_seen = self._first_seen_ms.get(txn.key)
-        last = txn.last_timestamp_ms
-        if last >= 0 and (first_seen is None or last <= first_seen):
-            return last, StartTimeSource.LAST_TIMESTAMP
-        if first_seen is None:
-            return last, StartTimeSource.LAST_TIMESTAMP
-        return first_seen, StartTimeSource.FIRST_SEEN
 
     async def _read(
         self, to_read: list[ProducerEntry], meta: MetadataView, state: PollState
@@ -193,7 +192,7 @@ class StartTimeResolver:
     def _fetch_failed(self, txn: ProducerEntry, code: int, state: PollState) -> None:
         state.error(txn.leader_id, "Fetch", error_name(code))
         if code in _PERMANENT_FETCH_ERRORS:
-            self._start_times[txn.key] = self._fallback_start(txn)
+            self._batch_timestamps[txn.key] = None
 
     def _take_batch_header(self, txn: ProducerEntry, header: BatchHeader | None) -> bool:
         """Cache the start time from the batch at the txn's first offset; False: no batch."""
@@ -203,8 +202,8 @@ class StartTimeResolver:
             header.base_offset == txn.current_txn_start_offset
             and header.producer_id == txn.producer_id
         ):
-            self._start_times[txn.key] = (header.max_timestamp, StartTimeSource.BATCH_TIMESTAMP)
+            self._batch_timestamps[txn.key] = header.max_timestamp
         else:
             # Another batch sits at that offset (log cleaned/truncated): do not guess again.
-            self._start_times[txn.key] = self._fallback_start(txn)
+            self._batch_timestamps[txn.key] = None
         return True

@@ -204,17 +204,24 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
     for tp, seconds in sorted(snap.max_active_transaction_duration_seconds.items()):
         fam.add("kafka_partition_max_active_transaction_duration_seconds", state, seconds,
                 tp.topic, str(tp.partition))
-    fam.add("kafka_cluster_max_active_transaction_duration_seconds", state,
-            snap.cluster_max_active_transaction_duration_seconds)
+    if snap.cluster_max_active_transaction_duration_seconds is not None:  # None: unknown
+        fam.add("kafka_cluster_max_active_transaction_duration_seconds", state,
+                snap.cluster_max_active_transaction_duration_seconds)
+    for source, count in sorted(snap.open_transactions_by_start_time_source.items()):
+        fam.add("kafka_txn_exporter_open_transactions_by_start_time_source", state,
+                float(count), source)
     for b in snap.brokers:
         broker = str(b.broker_id)
-        if b.up and b.observable:  # unknown counts are absent, never 0
-            fam.add("kafka_partitions_with_late_transactions", state,
-                    b.partitions_with_late_transactions, broker)
-            fam.add("kafka_partitions_with_hanging_transactions", state,
-                    b.partitions_with_hanging_transactions, broker)
-            fam.add("kafka_partitions_with_open_transactions", state,
-                    b.partitions_with_open_transactions, broker)
+        # Unknown counts (None) are absent, never 0.
+        counts: tuple[tuple[str, int | None], ...] = (
+            ("kafka_partitions_with_late_transactions", b.partitions_with_late_transactions),
+            ("kafka_partitions_with_hanging_transactions",
+             b.partitions_with_hanging_transactions),
+            ("kafka_partitions_with_open_transactions", b.partitions_with_open_transactions),
+        )
+        for name, value in counts:
+            if b.up and b.observable and value is not None:
+                fam.add(name, state, value, broker)
         if b.transaction_max_timeout_ms is not None:
             fam.add("kafka_transaction_max_timeout_seconds", state,
                     b.transaction_max_timeout_ms / 1000.0, broker)

@@ -189,7 +189,8 @@ def _cluster_section(
         f"<p class=\"meta\">Polled {_e(_utc(snapshot.observed_at_ms))} "
         f"({_e(_duration(max(0, now_ms - snapshot.observed_at_ms) / 1000))} ago, took "
         f"{snapshot.poll_duration_seconds:.2f} s) &middot; oldest open transaction "
-        f"{_e(_duration(snapshot.cluster_max_active_transaction_duration_seconds))} &middot; "
+        f"{_e(_optional_duration(snapshot.cluster_max_active_transaction_duration_seconds))} "
+        "&middot; "
         f"{len(snapshot.late_transactions)} late, {hanging} hanging",
     ]
     if snapshot.unobserved_partitions:
@@ -232,7 +233,7 @@ def _brokers_table(snapshot: ClusterSnapshot) -> str:
             if b.up else None
         )
         cells = "".join(
-            f"<td class=\"num\">{c}</td>" for c in counts
+            f"<td class=\"num\">{'?' if c is None else c}</td>" for c in counts
         ) if counts is not None else "<td class=\"num\">?</td>" * 3
         rows.append(
             f"<tr data-broker=\"{b.broker_id}\"><td class=\"num\">{b.broker_id}</td>"
@@ -331,6 +332,11 @@ def _e(text: str) -> str:
 
 def _utc(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def _optional_duration(seconds: float | None) -> str:
+    """Unknown (some partitions unobserved, no open transaction seen) shows as "unknown"."""
+    return "unknown" if seconds is None else _duration(seconds)
 
 
 def _duration(seconds: float) -> str:

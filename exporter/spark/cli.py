@@ -155,9 +155,11 @@ def _scan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         snap = scan.snapshot
         failed += 0 if snap.up else 1
         hanging = sum(1 for lt in snap.late_transactions if lt.classification == "hanging")
+        oldest_seconds = snap.cluster_max_active_transaction_duration_seconds
+        oldest = "unknown" if oldest_seconds is None else f"{oldest_seconds:.0f}s"
         out.write(
             f"{scan.cluster}: up={int(snap.up)} late={len(snap.late_transactions)} "
-            f"hanging={hanging} oldest={snap.cluster_max_active_transaction_duration_seconds:.0f}s"
+            f"hanging={hanging} oldest={oldest}"
             f" ({scan.duration_seconds:.2f}s)\n"
         )
     return EXIT_CLUSTER_FAILED if failed else EXIT_OK

@@ -69,6 +69,9 @@ class FakeCluster:
     calls: list[tuple[int, int]] = field(default_factory=list)  # (broker, api_key)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     after_metadata: list[Callable[[], None]] = field(default_factory=list)
+    omit_from_describe_producers: set[Key] = field(default_factory=set)
+    """Partitions a DescribeProducers answer leaves out although asked (not what a healthy
+    broker does: what a broken one or a proxy in the middle may)."""
     fetch_records_first_partition_only: bool = False
     """Emulate a Fetch byte budget used up by the first partition's batch: later partitions
     of a multi-partition request answer no records (KIP-74 promises only the first one)."""
@@ -145,6 +148,8 @@ class FakeCluster:
             partitions = []
             for p in t.partition_indexes:
                 key = (t.name, p)
+                if key in self.omit_from_describe_producers:
+                    continue
                 code = self._take_error(61, key)
                 if not code and t.name in self.denied_topics:
                     code = 29

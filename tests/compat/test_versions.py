@@ -245,7 +245,8 @@ def test_hanging_transaction(make_env: Callable[..., Any], release: str) -> None
             assert late.classification is Classification.UNKNOWN
             assert late.transactional_id == ""
             assert not obs.coordinator_view_complete
-            assert by_broker[leader].partitions_with_hanging_transactions == 0
+            # Unknown, not 0: a hanging transaction may hide among the unknown ones.
+            assert by_broker[leader].partitions_with_hanging_transactions is None
 
 
 @pytest.mark.parametrize("release", RELEASES)
