@@ -41,6 +41,20 @@ def _resolve(base: Path, name: Any, where: str) -> str:
     return str(path)
 
 
+def _read_key_password(base: Path, name: Any, where: str) -> str:
+    """The passphrase file; errors never show its name (it may be a misplaced passphrase)."""
+    hidden = "(the value is not shown in case it is a secret)"
+    if not isinstance(name, str) or not name.strip() or "\0" in name:
+        raise ConfigError(f"{where}: expected a file name {hidden}")
+    path = Path(name) if Path(name).is_absolute() else base / name
+    if not path.is_file():
+        raise ConfigError(f"{where}: the file it names does not exist {hidden}")
+    try:
+        return read_password_file(str(path), where)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(repr(str(path)), "the file")) from None
+
+
 def parse_headers(raw: Any, where: str) -> dict[str, str]:
     """Response headers: valid names, no CR/LF/NUL in values (no response splitting)."""
     if not isinstance(raw, dict):
@@ -115,10 +129,8 @@ def _parse_tls(raw: Any, base: Path, where: str) -> WebTlsSettings:
         client_ca = _resolve(base, raw["client_ca_file"], f"{where}.client_ca_file")
     key_password = None
     if raw.get("key_password_file") is not None:
-        key_password = read_password_file(
-            _resolve(base, raw["key_password_file"], f"{where}.key_password_file"),
-            f"{where}.key_password_file",
-        )
+        key_password = _read_key_password(base, raw["key_password_file"],
+                                          f"{where}.key_password_file")
     return WebTlsSettings(
         cert_file=_resolve(base, raw["cert_file"], f"{where}.cert_file"),
         key_file=_resolve(base, raw["key_file"], f"{where}.key_file"),

@@ -326,3 +326,22 @@ def test_example_config_loads_once_its_files_exist(tmp_path: Path) -> None:
     settings = load_settings(str(path), env={})
     assert [c.name for c in settings.clusters] == ["prod", "staging"]
     assert settings.web.telemetry_path == "/metrics"
+
+
+def test_web_key_password_file_name_is_not_echoed(tmp_path: Path) -> None:
+    for name in ("s.crt", "s.key"):
+        (tmp_path / name).write_text("-")
+    web = tmp_path / "web.yml"
+    web.write_text("tls_server_config: {cert_file: s.crt, key_file: s.key, "
+                   f"key_password_file: '{SECRET}'}}\n")
+    with pytest.raises(ConfigError) as info:
+        parse_web_config_file(str(web))
+    assert "key_password_file: the file it names does not exist" in str(info.value)
+    assert SECRET not in str(info.value)
+    (tmp_path / "pw").write_bytes(b"\xff" + SECRET.encode())
+    web.write_text("tls_server_config: {cert_file: s.crt, key_file: s.key, "
+                   "key_password_file: pw}\n")
+    with pytest.raises(ConfigError) as info:
+        parse_web_config_file(str(web))
+    assert "not UTF-8" in str(info.value) and SECRET not in str(info.value)
+    assert str(tmp_path / "pw") not in str(info.value)
