@@ -172,8 +172,6 @@ class SnapshotRenderCache:
                                                                 list[bytes]]] = {}
         # cluster -> {content type: (encoder, gzip)} asked for since that cluster's last publish
         self._wanted: dict[str, dict[str, tuple[Encoder, bool]]] = {}
-        self.renders = 0
-        """Parts formatted so far (what `warm` and the benchmarks count)."""
 
     # ---------------------------------------------------------------- scrape
     def snapshot_body(
@@ -264,7 +262,6 @@ class SnapshotRenderCache:
         headers, chunks = _split_families(body, len(families))
         rendered = _Rendered(headers, chunks)
         with self._lock:
-            self.renders += 1
             part = self._parts.get(key)
             if part is None or part.source is not source:
                 part = self._parts[key] = _Part(source, {})
