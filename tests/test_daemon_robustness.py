@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -159,7 +161,8 @@ def test_a_failed_log_write_never_fails_the_poll() -> None:
         assert state.up is True and state.snapshot is not None and state.last_error is None
         assert dropped_log_messages() > before  # the poll_completed line, dropped and counted
     finally:
-        configure_logging("json", "info", stream=sys.stderr)
+        structlog.reset_defaults()
+        logging.getLogger().handlers.clear()
 
 
 def test_unwritable_stderr_at_start_up_keeps_serving_and_counts(
