@@ -5,8 +5,8 @@ scenario (README there). replay_groups.py makes the same scenario on a simulator
 committing without membership behind a hanging transaction, a compacted topic, the
 verification flag off), sends each captured request verbatim, and each answer is compared with
 the real broker's field by field. Allowed differences are the listed normalisations
-(GROUP_NORMALISATIONS, a subset of rules.NORMALISATIONS); when none was needed, the bytes must
-be equal too.
+(GROUP_NORMALISATIONS: N1, N4 and N6 as in rules.NORMALISATIONS, and N9 for DescribeGroups);
+when none was needed, the bytes must be equal too.
 """
 
 from __future__ import annotations
@@ -145,6 +145,12 @@ def expected_response(cap: Capture) -> Any:
 def test_every_capture_file_is_replayed() -> None:
     assert len(load_captures(GROUPS_DATA_DIR)) == 16
     assert len(EXCHANGES) == 16
+
+
+def test_every_rule_in_use_is_a_listed_normalisation(replay: GroupsReplay) -> None:
+    listed = {name for name, _ in GROUP_NORMALISATIONS}
+    used = {rule.name for rule in rules_for(replay)} | {"N9 DescribeGroups order"}
+    assert used == listed
 
 
 def test_the_scenario_is_the_captured_one(replay: GroupsReplay) -> None:
