@@ -77,15 +77,19 @@ class SnapshotStore:
 
     def set_clusters(self, clusters: Sequence[ClusterSettings]) -> None:
         """A reloaded configuration: keep the state of clusters still configured (with their
-        new static labels), add new ones, drop removed ones (their series disappear)."""
+        new static labels and poll interval), add new ones, drop removed ones (their series
+        disappear)."""
         with self._write_lock:
             old = self._states
             states: dict[str, ClusterState] = {}
             for c in clusters:
                 kept = old.get(c.name)
                 states[c.name] = (
-                    replace(kept, labels=dict(c.labels)) if kept is not None
-                    else ClusterState(name=c.name, labels=dict(c.labels))
+                    replace(kept, labels=dict(c.labels),
+                            poll_interval_seconds=c.poll_interval_seconds)
+                    if kept is not None
+                    else ClusterState(name=c.name, labels=dict(c.labels),
+                                      poll_interval_seconds=c.poll_interval_seconds)
                 )
             self._retired = (self._retired | set(old)) - set(states)
             self._states = MappingProxyType(states)

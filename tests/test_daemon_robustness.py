@@ -360,3 +360,19 @@ def test_telemetry_path_serves_the_metrics_there(tmp_path: Path, daemons: list[D
     status, page = get(f"http://127.0.0.1:{daemon.port}/")
     assert status == 200 and '<a href="probe/metrics">/probe/metrics</a>' in page
     assert daemon.stop()[0] == 0
+
+
+def test_store_follows_a_reloaded_cluster_list() -> None:
+    a = ClusterSettings(name="a", bootstrap_servers=("h:1",), labels={"env": "x"})
+    b = ClusterSettings(name="b", bootstrap_servers=("h:1",))
+    store = SnapshotStore([a, b])
+    store.publish(snapshot("a", brokers=[broker(1)]))
+    store.set_clusters([ClusterSettings(name="a", bootstrap_servers=("h:1",),
+                                        labels={"env": "y"}, poll_interval_seconds=5.0)])
+    state = store.states()["a"]
+    assert set(store.states()) == {"a"}
+    assert state.snapshot is not None  # kept across the reload
+    assert dict(state.labels) == {"env": "y"} and state.poll_interval_seconds == 5.0
+    store.publish(snapshot("b", brokers=[broker(1)]))  # a poll of b that was still running
+    store.record_failure("b", "late", 1.0)
+    assert set(store.states()) == {"a"}
