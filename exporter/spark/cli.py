@@ -8,6 +8,7 @@ say up 0);
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="spark (default) or the in-process pandas reference")
     hist.add_argument("--master", metavar="URL",
                       help="Spark master (default local[*]; ignored under spark-submit)")
+    _add_conf(hist)
 
     scan = sub.add_parser(
         "scan",
@@ -62,7 +64,41 @@ def build_parser() -> argparse.ArgumentParser:
                       help="scan only this cluster (repeatable)")
     scan.add_argument("--master", metavar="URL",
                       help="Spark master (default local[*]; ignored under spark-submit)")
+    _add_conf(scan)
     return parser
+
+
+def _add_conf(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="Spark property, repeatable, as spark-submit's --conf (e.g. "
+             "spark.pyspark.python=/opt/venv/bin/python for the executors' Python)",
+    )
+
+
+def job_failure(exc: BaseException, limit: int = 300) -> str:
+    """The root cause of a failed Spark job in one bounded line.
+
+    Py4J/PySpark errors carry whole JVM and Python stack traces; the last `...Error: ...` /
+    `...Exception: ...` line is the cause (e.g. an executor's ModuleNotFoundError)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    causes = [line for line in lines
+              if re.match(r"^[\w.]*(Error|Exception)\b", line) and ":" in line]
+    text = causes[-1] if causes else (lines[0] if lines else type(exc).__name__)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _spark_conf(values: Sequence[str], err: TextIO) -> dict[str, str] | None:
+    """`--conf KEY=VALUE` pairs; None (after a message) when one is malformed."""
+    conf: dict[str, str] = {}
+    for number, item in enumerate(values, 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # The value is not echoed: it may hold a secret typed in the wrong place.
+            err.write(f"{PROG}: --conf #{number}: expected KEY=VALUE\n")
+            return None
+        conf[key.strip()] = value
+    return conf
 
 
 def run_spark(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -73,12 +109,17 @@ def run_spark(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None
     if args.job is None:
         parser.print_help(err)
         return EXIT_ERROR
+    conf = _spark_conf(args.conf, err)
+    if conf is None:
+        return EXIT_ERROR
     if args.job == "history":
-        return _history(args, out, err)
-    return _scan(args, out, err)
+        return _history(args, conf, out, err)
+    return _scan(args, conf, out, err)
 
 
-def _history(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _history(
+    args: argparse.Namespace, conf: dict[str, str], out: TextIO, err: TextIO
+) -> int:
     from exporter.spark import report
 
     if args.top < 1:
@@ -95,7 +136,7 @@ def _history(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             from exporter.spark import history_job
             from exporter.spark.session import get_session
 
-            spark = get_session(args.master)
+            spark = get_session(args.master, conf)
             result = history_job.build_report(spark, args.input, args.top)
             history_job.write_tables(result.tables(), args.output)
             lines = report.summary_lines(
@@ -106,11 +147,16 @@ def _history(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except report.HistoryNotFound as exc:
         err.write(f"{PROG} history: {exc}\n")
         return EXIT_ERROR
+    except Exception as exc:  # a failed Spark job: one line, not a JVM stack trace
+        err.write(f"{PROG} history: the Spark job failed: {job_failure(exc)}\n")
+        return EXIT_ERROR
     out.write("\n".join(lines) + f"\nwritten to {args.output}\n")
     return EXIT_OK
 
 
-def _scan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _scan(
+    args: argparse.Namespace, conf: dict[str, str], out: TextIO, err: TextIO
+) -> int:
     from exporter.config import ConfigError, load_settings
 
     if not args.textfile and not args.pushgateway:
@@ -135,8 +181,12 @@ def _scan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from exporter.spark import scan_job
     from exporter.spark.session import get_session
 
-    spark = get_session(args.master)
-    scans = scan_job.scan_fleet(spark, clusters)
+    try:
+        spark = get_session(args.master, conf)
+        scans = scan_job.scan_fleet(spark, clusters)
+    except Exception as exc:  # a failed Spark job: one line, not a JVM stack trace
+        err.write(f"{PROG} scan: the Spark job failed: {job_failure(exc)}\n")
+        return EXIT_ERROR
     registry = scan_job.registry_for(clusters, scans)
     if args.textfile:
         scan_job.write_textfile(registry, args.textfile)
@@ -153,7 +203,12 @@ def _scan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(f"{scan.cluster}: poll failed: {scan.error}\n")
             continue
         snap = scan.snapshot
-        failed += 0 if snap.up else 1
+        if not snap.up:
+            # Nothing is known about its transactions: no counts, rather than false zeros.
+            failed += 1
+            out.write(f"{scan.cluster}: up=0 (not polled: transactions unknown)"
+                      f" ({scan.duration_seconds:.2f}s)\n")
+            continue
         hanging = sum(1 for lt in snap.late_transactions if lt.classification == "hanging")
         oldest_seconds = snap.cluster_max_active_transaction_duration_seconds
         oldest = "unknown" if oldest_seconds is None else f"{oldest_seconds:.0f}s"
