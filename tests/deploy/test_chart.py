@@ -996,6 +996,14 @@ def test_web_config_file_from_an_extra_volume_and_conflicts(chart: helm.Chart) -
         render(chart, orphan_tls)
     with pytest.raises(helm.HelmValuesError):
         chart.validate_schema({"serviceMonitor": {"scheme": "ftp"}})
+    # TLS terminated in front of the pod (e.g. a mesh): the scheme can be forced.
+    forced = copy.deepcopy(WEB_VALUES)
+    forced["serviceMonitor"]["scheme"] = "http"
+    endpoint = one(objects(render(chart, forced)), "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "http"
+    plain = one(objects(render(chart, {"serviceMonitor": {"enabled": True}})), "ServiceMonitor")
+    assert plain["spec"]["endpoints"][0]["scheme"] == "http"
+    assert "tlsConfig" not in plain["spec"]["endpoints"][0]
 
 
 def _scrape(port: int, ca_file: Path, server_name: str, auth: tuple[str, str] | None,
