@@ -332,7 +332,7 @@ def decode_describe_producers(payload: bytes, version: int) -> LeanDescribeProdu
         name, pos = _string(data, pos, "topics[].name")
         partition_count, pos = _array(data, pos, "topics[].partitions")
         partitions: list[DescribeProducersPartition] = []
-        answered = array("i")
+        answered: list[int] = []  # a list appends faster; packed below so it is not kept
         answer = answered.append
         for _ in range(partition_count):
             index, error_code, message_size, producer_count, tags = unpack_head(data, pos)
@@ -352,7 +352,7 @@ def decode_describe_producers(payload: bytes, version: int) -> LeanDescribeProdu
                     DescribeProducersPartition(index, error_code, message, producers)
                 )
         pos = _skip_tags(data, pos)
-        topics.append(DescribeProducersTopic(name, partitions, answered))
+        topics.append(DescribeProducersTopic(name, partitions, array("i", answered)))
     pos = _skip_tags(data, pos)
     _end(data, pos)
     return LeanDescribeProducersResponse(version, throttle_time_ms, topics)

@@ -29,6 +29,7 @@ from exporter.collect.fastdecode import (
     lean,
     metadata_identity,
 )
+from exporter.collect.parse import parse_describe_producers
 from exporter.collect.shapes import ShapeError
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
@@ -165,6 +166,29 @@ def test_lean_metadata_decodes_what_kafka_python_decodes(case: tuple[int, bytes]
                                 for r in p.replica_nodes}
     # And what the poller builds from either is the same.
     assert parse_metadata(ours) == parse_metadata(theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(describe_producers_responses(), st.lists(st.integers(0, 40), max_size=6))
+def test_the_shared_parser_reads_the_same_answer_from_either_decoder(
+    payload: bytes, extra_partitions: list[int]
+) -> None:
+    """`collect.parse` gives the same producer entries, errors and left-out partitions from
+    the lean decoder (which keeps empty partitions only as answered indexes) as from
+    kafka-python's; a partition asked for and not answered is reported missing."""
+    ours = decode_describe_producers(payload, 0)
+    theirs = DescribeProducersResponse.decode(payload, version=0, header=True)
+    requested: dict[str, list[int]] = {}
+    for topic in theirs.topics:
+        requested.setdefault(topic.name, []).extend(p.partition_index for p in topic.partitions)
+    requested.setdefault("never-answered", []).extend(extra_partitions)
+    batch = list(requested.items())
+    for open_only in (True, False):
+        lean_answer = parse_describe_producers(ours, 7, batch, open_only=open_only)
+        full_answer = parse_describe_producers(theirs, 7, batch, open_only=open_only)
+        assert lean_answer == full_answer
+    assert sorted(p.partition for p in full_answer.missing) == sorted(extra_partitions)
+    assert all(e.leader_id == 7 for e in full_answer.entries)
 
 
 @settings(max_examples=300, deadline=None)
