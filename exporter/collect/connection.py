@@ -32,7 +32,7 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from exporter.collect.errors import error_name
+from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
 from exporter.tlsfiles import load_cert_chain
@@ -162,8 +162,9 @@ class BrokerConnection:
             if response.error_code == 0:
                 self.api_versions = versions
                 return
-            if response.error_code == 35 and ApiVersionsResponse.API_KEY in versions:
-                version = min(version - 1, versions[ApiVersionsResponse.API_KEY][1])
+            own = versions.get(ApiVersionsResponse.API_KEY)
+            if response.error_code == UNSUPPORTED_VERSION and own is not None:
+                version = min(version - 1, own[1])
                 if version >= 0:
                     continue
             raise UnsupportedApi(f"ApiVersions failed: {error_name(response.error_code)}")

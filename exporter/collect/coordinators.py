@@ -28,7 +28,7 @@ from exporter.collect.errors import (
 from exporter.collect.parse import parse_describe_transactions, parse_list_transactions
 from exporter.collect.pollstate import (
     RETRY_DELAY_SECONDS,
-    UNSUPPORTED_VERSION,
+    UNSUPPORTED_API_KIND,
     ApiSupportLog,
     PollState,
 )
@@ -85,7 +85,7 @@ class CoordinatorReader:
             except CollectError as exc:
                 # Kafka < 3.0 has no ListTransactions: this broker's slice of the coordinator
                 # view is missing, so unmapped producers classify as unknown, never hanging.
-                if exc.kind == UNSUPPORTED_VERSION:
+                if exc.kind == UNSUPPORTED_API_KIND:
                     self._support.unsupported(broker_id, "ListTransactions")
                 else:
                     state.error(broker_id, "ListTransactions", exc.kind)
@@ -176,7 +176,7 @@ class CoordinatorReader:
                 connection = await self._client.connection(broker)
                 requests = find_coordinator_requests(connection, transactional_ids)
             except CollectError as exc:
-                if exc.kind == UNSUPPORTED_VERSION:
+                if exc.kind == UNSUPPORTED_API_KIND:
                     raise _CoordinatorApiUnsupported() from exc
                 state.error(broker, "FindCoordinator", exc.kind)
                 continue
@@ -217,7 +217,7 @@ class CoordinatorReader:
                 coordinator, describe_transactions_request(transactional_ids)
             )
         except CollectError as exc:
-            if exc.kind == UNSUPPORTED_VERSION:
+            if exc.kind == UNSUPPORTED_API_KIND:
                 # A coordinator on Kafka < 3.0 (mixed cluster): its ids stay undescribed and
                 # classify as unknown; the other coordinators' answers still count.
                 self._support.unsupported(coordinator, "DescribeTransactions")

@@ -21,6 +21,7 @@ CLUSTER_AUTHORIZATION_FAILED = kafka_errors.ClusterAuthorizationFailedError.errn
 INVALID_PRODUCER_EPOCH = kafka_errors.InvalidProducerEpochError.errno
 TRANSACTION_COORDINATOR_FENCED = kafka_errors.TransactionCoordinatorFencedError.errno
 TRANSACTIONAL_ID_NOT_FOUND = kafka_errors.TransactionalIdNotFoundError.errno
+UNSUPPORTED_VERSION = kafka_errors.UnsupportedVersionError.errno
 
 # kafka-python still uses pre-KIP-497 names for a few codes; metrics use Kafka's current names.
 _ERROR_NAME_OVERRIDES = {NOT_LEADER_OR_FOLLOWER: "NOT_LEADER_OR_FOLLOWER"}

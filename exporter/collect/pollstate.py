@@ -12,7 +12,7 @@ from exporter.model import ProducerEntry, RequestError, TopicPartition
 
 log = structlog.get_logger()
 
-UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
+UNSUPPORTED_API_KIND = "UNSUPPORTED_VERSION"
 """`CollectError.kind` when the broker does not offer an API at all (it predates it)."""
 RETRY_DELAY_SECONDS = 0.05
 # What each API needs, for the once-per-broker log line when a broker lacks it.

@@ -19,7 +19,7 @@ from exporter.collect.connection import CollectError
 from exporter.collect.errors import NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED, error_name
 from exporter.collect.fastdecode import lean
 from exporter.collect.parse import parse_describe_producers
-from exporter.collect.pollstate import UNSUPPORTED_VERSION, ApiSupportLog, PollState
+from exporter.collect.pollstate import UNSUPPORTED_API_KIND, ApiSupportLog, PollState
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
 
@@ -99,7 +99,7 @@ class ProducerStateReader:
         except CollectError as exc:
             # Down or slow broker, garbage answer, or one that predates DescribeProducers
             # (Kafka < 2.8): its partitions are unknown, never "no transactions".
-            if exc.kind == UNSUPPORTED_VERSION:
+            if exc.kind == UNSUPPORTED_API_KIND:
                 state.unobservable_brokers.add(leader)
                 self._support.unsupported(leader, "DescribeProducers")
             else:
