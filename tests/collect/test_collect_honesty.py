@@ -226,3 +226,37 @@ def test_partition_left_out_of_the_answer_is_unobserved() -> None:
     assert counts(by_broker(snap)[2]) == (0, 0, 0)
     assert snap.cluster_max_active_transaction_duration_seconds is None
     assert snap.unobserved_by_reason == {"error": 1}
+
+
+def test_on_metrics_the_unknown_numbers_are_absent_not_zero() -> None:
+    """End to end through `serve()`: a broker answering DescribeProducers with garbage keeps
+    `broker_up 1`, but its open/late/hanging counts and the cluster maximum have no series,
+    and the partition is counted as unobserved; all come back once it answers properly."""
+    from resilience.harness import cluster_settings as serve_settings
+    from resilience.harness import in_process_exporter
+
+    with SimCluster(brokers=3, topics={"t": 3}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        bad = int(sim.call(lambda: sim.state.partition("t", 0).leader_id))
+        sim.fail_next_responses("malformed", broker_id=bad, api_key=DESCRIBE_PRODUCERS,
+                                count=None)
+        with in_process_exporter(serve_settings(sim)) as scraper:
+            scraper.wait_for(lambda: scraper.value("kafka_txn_exporter_up") == 1, "a poll")
+            samples = scraper.samples()
+            names_for_bad = {n for (n, labels), _ in samples.items()
+                             if ("broker", str(bad)) in labels}
+            assert "kafka_txn_exporter_broker_up" in names_for_bad
+            assert scraper.value("kafka_txn_exporter_broker_up", broker=str(bad)) == 1
+            for name in ("kafka_partitions_with_open_transactions",
+                         "kafka_partitions_with_late_transactions",
+                         "kafka_partitions_with_hanging_transactions"):
+                assert name not in names_for_bad
+                assert scraper.value(name) == 0.0  # the other brokers: known, and none
+            assert scraper.value("kafka_cluster_max_active_transaction_duration_seconds") is None
+            assert (scraper.value("kafka_txn_exporter_unobserved_partitions_by_reason",
+                                  reason="error") or 0) >= 1
+            sim.clear_faults()
+            scraper.wait_for(
+                lambda: scraper.value("kafka_partitions_with_open_transactions",
+                                      broker=str(bad)) == 0
+                and scraper.value("kafka_cluster_max_active_transaction_duration_seconds")
+                == 0.0, "every number known again")
