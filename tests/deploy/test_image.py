@@ -198,7 +198,11 @@ class Container:
 
     def _env(self, extra: dict[str, str]) -> list[str]:
         env = dict(e.split("=", 1) for e in self.image.config.get("Env") or [])
-        env.setdefault("HOME", "/")
+        # As Docker: HOME from the image's passwd entry of the user, else "/".
+        uid = (self.image.config["User"] or "0").partition(":")[0]
+        homes = {f[2]: f[5] for f in (line.split(":") for line in
+                 (self.rootfs / "etc" / "passwd").read_text().splitlines()) if len(f) > 5}
+        env.setdefault("HOME", homes.get(uid, "/"))
         env.update(extra)
         return [f"{k}={v}" for k, v in env.items()]
 
