@@ -182,3 +182,17 @@ def test_bench_publish_render_tiny_compares_with_the_previous_cache() -> None:
     assert s["scraped"]["publishes"] == s["never_scraped"]["publishes"] == 9
     assert s["scraped"]["body_checked_against_prometheus_client"] is True
     assert r["ratio_scraped_vs_previous"] > 0 and "scraped/previous" in stdout
+
+
+def test_bench_serve_scraped_tiny_measures_both_phases_of_one_exporter() -> None:
+    stdout, results = _run("bench_serve_scraped.py", "--clusters", "2", "--partitions", "200",
+                           "--late", "3", "--seconds", "4", "--poll-interval", "1",
+                           "--scrape-interval", "1.5")
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "serve_scraped"
+    _assert_machine(r["machine"])
+    assert r["never_scraped"]["scrapes"] == 0 and r["scraped"]["scrapes"] >= 2
+    assert r["scraped"]["late_series_in_last_scrape"] == 2 * 3  # both clusters see the 3
+    assert r["never_scraped"]["cpu_seconds"] > 0
+    assert r["ratio_scraped_vs_never_scraped"] > 0 and "scraped/never_scraped" in stdout
