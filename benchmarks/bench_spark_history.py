@@ -1,20 +1,24 @@
-"""Benchmark: `spark history` on local[2] vs the in-process pandas reference, same input.
+"""Benchmark: `spark history` in-process (pandas) vs Spark local[2] vs a Spark standalone
+cluster (master + worker JVMs on loopback, `--standalone`), same input, one run.
 
 Generates a history dataset in the exact layout/schema HistoryWriter writes (vectorised with
 numpy instead of 10 million Python objects), then times both engines end to end (read, compute
 the three tables, write Parquet + CSV, summary) and checks their results are equal.
 
-    python benchmarks/bench_spark_history.py --rows 10000000 [--workdir DIR] [--keep]
+    python benchmarks/bench_spark_history.py --rows 10000000 [--standalone] [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -140,6 +144,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--workdir")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--standalone", action="store_true",
+                        help="also run on a standalone master + worker (2 cores) on loopback")
     args = parser.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-spark-history-"))
     history, out_local, out_spark = work / "history", work / "out-pandas", work / "out-spark"
@@ -190,10 +196,41 @@ def main(argv: list[str]) -> int:
             == pd.read_parquet(out_spark / "incidents.parquet")["ended"].sum()
         )
         assert same_ended
+        spark.stop()
+        standalone = ""
+        if args.standalone:
+            from _spark_standalone import standalone_cluster
+
+            out_cluster = work / "out-standalone"
+            with standalone_cluster(cores=2, memory="5g") as url:
+                t = time.perf_counter()
+                spark = get_session(url, {"spark.executor.memory": "4g",
+                                          "spark.sql.shuffle.partitions": "8",
+                                          "spark.ui.enabled": "false",
+                                          "spark.driver.host": "127.0.0.1",
+                                          "spark.driver.bindAddress": "127.0.0.1"})
+                spark.sparkContext.setLogLevel("ERROR")
+                cluster_start_s = time.perf_counter() - t
+                t = time.perf_counter()
+                result = history_job.build_report(spark, history)
+                history_job.write_tables(result.tables(), out_cluster)
+                report.summary_lines(result.counts(), result.late_minutes.toPandas(),
+                                     result.top_transactional_ids.toPandas())
+                cluster_s = time.perf_counter() - t
+                spark.stop()
+            for name in ("incidents", "late_minutes", "top_transactional_ids"):
+                a = pd.read_parquet(out_local / f"{name}.parquet")
+                b = pd.read_parquet(out_cluster / f"{name}.parquet")
+                assert len(a) == len(b), (name, len(a), len(b))
+            print(f"spark (standalone, 2 cores): {cluster_s:.1f}s job + {cluster_start_s:.1f}s "
+                  "session start", flush=True)
+            standalone = (f" standalone_job_s={cluster_s:.1f} "
+                          f"standalone_start_s={cluster_start_s:.1f} "
+                          f"ratio_standalone_over_pandas={cluster_s / local_s:.2f}")
         print(f"RESULT rows={rows} incidents={len(local.incidents)} pandas_s={local_s:.1f} "
               f"spark_job_s={spark_s:.1f} spark_start_s={startup_s:.1f} "
-              f"ratio_spark_over_pandas={spark_s / local_s:.2f}")
-        spark.stop()
+              f"ratio_spark_over_pandas={spark_s / local_s:.2f}{standalone} "
+              f"load_average={list(os.getloadavg())}")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
