@@ -185,6 +185,9 @@ MAX_HTTP_CONNECTIONS = 64
 """Connections served at once; more are refused at once (503 on plain HTTP, closed on TLS) and
 counted in kafka_txn_exporter_http_connections_refused_total. Lowered to a quarter of the
 process's descriptor limit when that is smaller, so Kafka polling keeps its descriptors."""
+STOP_GRACE_SECONDS = 1.0
+"""On stop, answers already under way get this long to finish before their connections are
+cut (a scrape of a few MB takes milliseconds; a trickling client is not waited for)."""
 ACCEPT_BACKOFF_SECONDS = (0.05, 1.0)
 """First and longest pause of the accept loop after accept() fails for lack of descriptors or
 memory: the pending connection stays in the listen backlog and accept() would fail again at
@@ -352,7 +355,10 @@ class HardenedWSGIServer(ThreadingWSGIServer):
             super().server_close()
             return
         self._closing.set()
-        super().server_close()
+        super().server_close()  # no new connection from here on
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while self.open_connections() and time.monotonic() < deadline:
+            time.sleep(0.02)  # let answers under way finish
         with self._conn_lock:
             still_open = list(self._open)
         for conn in still_open:
