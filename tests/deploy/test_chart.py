@@ -40,6 +40,8 @@ import yaml
 
 from exporter.config import RESERVED_LABELS, ConfigError, load_settings
 
+pytestmark = pytest.mark.slow  # renders the chart with Helm's Go engine many times
+
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "deploy" / "helm" / "kafka-txn-exporter"
 RELEASE = "kte"

@@ -38,6 +38,8 @@ from exporter.expose.collector import SnapshotCollector
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.slow  # fuzzes every answer through a running poller
+
 METADATA, DESCRIBE_PRODUCERS, LIST_TRANSACTIONS = 3, 61, 66
 API_NAMES = {METADATA: "Metadata", DESCRIBE_PRODUCERS: "DescribeProducers",
              LIST_TRANSACTIONS: "ListTransactions"}

@@ -22,6 +22,8 @@ from exporter.expose.registry import build_registry
 from exporter.settings import ClusterSettings, WebSettings
 from exporter.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.slow  # real HTTP clients against serve, with timeouts
+
 DEADLINE_SECONDS = 1.5
 CAP = 16
 

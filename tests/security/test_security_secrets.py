@@ -21,6 +21,8 @@ from kafka_sim.cluster import SimCluster
 from kafka_sim.seed import seed_hanging_transaction
 from resilience.harness import ServeProcess, clean_env
 
+pytestmark = pytest.mark.slow  # serve and scan as processes, per mechanism
+
 RIGHT = "Zq7-right-Pw-4b9e1c"
 WRONG = "Xk2-wrong-Pw-77aa0d"
 USER = "exporter"

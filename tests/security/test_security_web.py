@@ -30,6 +30,8 @@ from exporter.settings import ClusterSettings, WebSettings
 from exporter.snapshots import SnapshotStore
 from security.pki import Pki, make_pki
 
+pytestmark = pytest.mark.slow  # TLS and basic auth through real HTTPS clients
+
 USER, PASSWORD = "prometheus", "sc r:pe-Pässword"  # a space, a colon and non-ASCII on purpose
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
 
