@@ -67,16 +67,16 @@ def machine_info() -> dict[str, Any]:
 
 
 def code_fingerprint() -> dict[str, str]:
-    """Short sha256 of the measured sources (collect, sim): the tree changes while people work,
-    and a result is only comparable with another measured on the same code."""
+    """Short sha256 of the measured sources (the collect layer, the simulator): the tree changes
+    while people work, and a result is only comparable with another measured on the same code."""
     import hashlib
 
     out: dict[str, str] = {}
-    for package in ("collect", "sim"):
+    for source in ("exporter/collect", "simulator/kafka_sim"):
         digest = hashlib.sha256()
-        for path in sorted((REPO_ROOT / "exporter" / package).glob("*.py")):
+        for path in sorted((REPO_ROOT / source).glob("*.py")):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
-        out[f"exporter/{package}"] = digest.hexdigest()[:12]
+        out[source] = digest.hexdigest()[:12]
     return out
 
 

@@ -11,7 +11,6 @@ the three tables, write Parquet + CSV, summary) and checks their results are equ
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+from _common import emit, load_average, machine_info, ratio
 
 from exporter.history import (
     OPEN_TRANSACTIONS_DIR,
@@ -197,7 +197,13 @@ def main(argv: list[str]) -> int:
         )
         assert same_ended
         spark.stop()
-        standalone = ""
+        result_record: dict[str, object] = {
+            "bench": "spark_history", "machine": machine_info(), "rows": rows,
+            "incidents": len(local.incidents), "pandas_seconds": round(local_s, 2),
+            "spark_master": args.master, "spark_job_seconds": round(spark_s, 2),
+            "spark_session_start_seconds": round(startup_s, 2),
+            "ratio_spark_over_pandas": ratio(spark_s, local_s),
+        }
         if args.standalone:
             from _spark_standalone import standalone_cluster
 
@@ -224,13 +230,13 @@ def main(argv: list[str]) -> int:
                 assert len(a) == len(b), (name, len(a), len(b))
             print(f"spark (standalone, 2 cores): {cluster_s:.1f}s job + {cluster_start_s:.1f}s "
                   "session start", flush=True)
-            standalone = (f" standalone_job_s={cluster_s:.1f} "
-                          f"standalone_start_s={cluster_start_s:.1f} "
-                          f"ratio_standalone_over_pandas={cluster_s / local_s:.2f}")
-        print(f"RESULT rows={rows} incidents={len(local.incidents)} pandas_s={local_s:.1f} "
-              f"spark_job_s={spark_s:.1f} spark_start_s={startup_s:.1f} "
-              f"ratio_spark_over_pandas={spark_s / local_s:.2f}{standalone} "
-              f"load_average={list(os.getloadavg())}")
+            result_record.update({
+                "standalone_job_seconds": round(cluster_s, 2),
+                "standalone_session_start_seconds": round(cluster_start_s, 2),
+                "ratio_standalone_over_pandas": ratio(cluster_s, local_s),
+            })
+        result_record["load_average_after"] = load_average()
+        emit(result_record)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

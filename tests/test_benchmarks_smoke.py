@@ -196,3 +196,58 @@ def test_bench_serve_scraped_tiny_measures_both_phases_of_one_exporter() -> None
     assert r["scraped"]["late_series_in_last_scrape"] == 2 * 3  # both clusters see the 3
     assert r["never_scraped"]["cpu_seconds"] > 0
     assert r["ratio_scraped_vs_never_scraped"] > 0 and "scraped/never_scraped" in stdout
+
+
+@pytest.mark.system_tools  # Java (Spark)
+def test_bench_spark_history_tiny_runs_both_engines_on_the_same_history() -> None:
+    stdout, results = _run("bench_spark_history.py", "--rows", "20000", "--clusters", "1",
+                           "--polls", "400")
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "spark_history"
+    _assert_machine(r["machine"])
+    assert 0 < r["rows"] <= 20000 and r["incidents"] > 0
+    assert r["pandas_seconds"] > 0 and r["spark_job_seconds"] > 0
+    assert r["ratio_spark_over_pandas"] > 0
+    assert "in-process (pandas):" in stdout and "spark (local[2]):" in stdout
+
+
+@pytest.mark.system_tools  # Java (Spark)
+def test_bench_spark_scan_tiny_finds_the_same_late_clusters_on_every_path() -> None:
+    stdout, results = _run("bench_spark_scan.py", "--clusters", "3", "--cores", "1",
+                           "--latency-ms", "1", "--repeat", "1")
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "spark_scan"
+    _assert_machine(r["machine"])
+    assert r["clusters"] == 3 and r["late_clusters"] == 1  # one hanging on every fifth
+    assert [run["executor_cores"] for run in r["spark"]] == [1]
+    assert r["threads_seconds"] > 0 and r["sequential_seconds"] > 0
+
+
+def test_bench_scrape_load_tiny_scrapes_a_real_serve_without_errors() -> None:
+    stdout, results = _run("bench_scrape_load.py", "--seconds", "2", "--baseline-seconds", "1",
+                           "--late", "5", "--young", "2", "--concurrency", "2",
+                           "--poll-interval", "1")
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "scrape_load"
+    _assert_machine(r["machine"])
+    assert r["late_series"] == 5
+    for phase in ("baseline", "load"):
+        assert r[phase]["scrapes"] > 0 and r[phase]["errors"] == 0
+        assert r[phase]["exporter_up_after"] == 1.0
+    assert r["load"]["concurrency"] == 2 and r["p50_ratio"] > 0 and "ratios:" in stdout
+
+
+def test_soak_tiny_samples_rss_and_fds_and_ends_serve_cleanly() -> None:
+    stdout, results = _run("soak.py", "--minutes", "0.1", "--sample-seconds", "2",
+                           "--warmup-seconds", "1", "--tps", "2")
+    assert len(results) == 1
+    r = results[0]
+    assert r["bench"] == "soak"
+    _assert_machine(r["machine"])
+    assert len(r["samples"]) >= 2 and r["rss_mib_max"] > 0 and r["open_fds_max"] > 0
+    assert r["scrapes"] > 0 and r["scrape_errors"] == 0
+    assert r["up_at_end"] == 1.0 and r["late_series_at_end"] is True
+    assert r["serve_exit_code"] == 0 and r["workload"]["committed"] > 0
