@@ -223,6 +223,7 @@ def test_bench_spark_scan_tiny_finds_the_same_late_clusters_on_every_path() -> N
     assert r["clusters"] == 3 and r["late_clusters"] == 1  # one hanging on every fifth
     assert [run["executor_cores"] for run in r["spark"]] == [1]
     assert r["threads_seconds"] > 0 and r["sequential_seconds"] > 0
+    assert "spark local[1]:" in stdout
 
 
 def test_bench_scrape_load_tiny_scrapes_a_real_serve_without_errors() -> None:
@@ -251,3 +252,4 @@ def test_soak_tiny_samples_rss_and_fds_and_ends_serve_cleanly() -> None:
     assert r["scrapes"] > 0 and r["scrape_errors"] == 0
     assert r["up_at_end"] == 1.0 and r["late_series_at_end"] is True
     assert r["serve_exit_code"] == 0 and r["workload"]["committed"] > 0
+    assert "soak 0.1 min: RSS" in stdout
