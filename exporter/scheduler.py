@@ -2,20 +2,26 @@
 
 One job per cluster with `max_instances=1` (a slow poll is never overlapped by the next one)
 and `coalesce=True` (runs missed while it was slow collapse into one). The first poll starts
-immediately. A poll that raises is logged and recorded as up=0; the scheduler keeps going.
+immediately, so /metrics has data soon; after it each cluster polls at its own phase within
+the interval (`phase_offset_seconds`), so that clusters do not all poll at the same instant
+and stay in step, which would load the exporter (and the brokers) in bursts. A poll that
+raises is logged and recorded as up=0; the scheduler keeps going.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
 
 from exporter.logs import count_dropped_log_message, get_logger
 from exporter.model import Classification, ClusterObservation, ClusterSnapshot
@@ -25,6 +31,42 @@ from exporter.snapshots import SnapshotStore
 
 def _noop() -> None:
     return None
+
+
+def phase_offset_seconds(cluster_name: str, interval_seconds: float) -> float:
+    """Where in each poll interval this cluster's polls fall, in [0, interval).
+
+    From a hash of the name: deterministic (the same phase after a restart or a config edit
+    that adds other clusters), and spread evenly over the interval across many clusters.
+    """
+    digest = hashlib.sha256(cluster_name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * interval_seconds
+
+
+class PhasedIntervalTrigger(BaseTrigger):  # type: ignore[misc]  # untyped base
+    """Fires at `first + k * interval`: a fixed grid, so a cluster keeps its phase.
+
+    APScheduler's IntervalTrigger counts each interval from the previous run, so a prompt
+    first poll would fix every cluster's phase at start-up, all the same. Here the run after
+    a previous one is the next grid point at least half an interval later: the prompt first
+    poll is followed by the cluster's own phase, never by a second poll right away.
+    """
+
+    __slots__ = ("first", "interval")
+
+    def __init__(self, interval_seconds: float, first: datetime) -> None:
+        self.interval = timedelta(seconds=interval_seconds)
+        self.first = first
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime:
+        earliest = now if previous_fire_time is None else previous_fire_time + self.interval / 2
+        steps = max(0, math.ceil((earliest - self.first) / self.interval))
+        return self.first + steps * self.interval
+
+    def __str__(self) -> str:
+        return f"phased interval[{self.interval}, first {self.first.isoformat()}]"
 
 
 @dataclass(frozen=True)
@@ -116,17 +158,17 @@ class PollScheduler:
             grace = self._misfire_grace
             if grace is None:
                 grace = max(1.0, interval)
+            offset = phase_offset_seconds(job.settings.name, interval)
             self._scheduler.add_job(
                 self.run_once,
-                trigger="interval",
-                seconds=interval,
+                trigger=PhasedIntervalTrigger(interval, now + timedelta(seconds=offset)),
                 args=[job],
                 id=f"poll:{job.settings.name}",
                 name=f"poll {job.settings.name}",
                 max_instances=1,
                 coalesce=True,
                 misfire_grace_time=max(1, int(grace)),
-                next_run_time=now,  # first poll immediately
+                next_run_time=now,  # first poll immediately, then at the cluster's phase
             )
         self._scheduler.start()
         self._log.info("scheduler_started", clusters=[j.settings.name for j in self._jobs])
@@ -188,6 +230,14 @@ class PollScheduler:
         except Exception as exc:
             self._log.error("history_append_failed", cluster=job.settings.name,
                             error=f"{type(exc).__name__}: {exc}")
+
+    def next_poll_times(self) -> dict[str, datetime | None]:
+        """Cluster name -> when its next poll is scheduled (None once stopped)."""
+        return {
+            job.settings.name: getattr(
+                self._scheduler.get_job(f"poll:{job.settings.name}"), "next_run_time", None)
+            for job in self._jobs
+        }
 
     def in_flight(self) -> int:
         with self._running_lock:

@@ -6,6 +6,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from exporter_factories import broker, observation, snapshot
 
@@ -13,7 +14,12 @@ from exporter.analyze import analyze
 from exporter.expose.http import MetricsServer
 from exporter.expose.registry import build_registry
 from exporter.model import ClusterObservation, ClusterSnapshot, TopicPartition
-from exporter.scheduler import ClusterJob, PollScheduler
+from exporter.scheduler import (
+    ClusterJob,
+    PhasedIntervalTrigger,
+    PollScheduler,
+    phase_offset_seconds,
+)
 from exporter.settings import ClusterSettings, WebSettings
 from exporter.snapshots import SnapshotStore
 
@@ -230,3 +236,58 @@ def test_a_poll_dispatched_after_shutdown_never_touches_the_closed_poller() -> N
     scheduler.run_once(job)  # the late run
     assert polls == []
     assert store.states()["c1"].last_error is None
+
+
+def test_phase_offsets_are_deterministic_and_spread_over_the_interval() -> None:
+    names = [f"cluster-{i}" for i in range(20)]
+    offsets = [phase_offset_seconds(n, 10.0) for n in names]
+    assert offsets == [phase_offset_seconds(n, 10.0) for n in names]  # same after a restart
+    assert all(0 <= o < 10.0 for o in offsets)
+    assert len(set(offsets)) == 20
+    assert len({int(o) for o in offsets}) >= 7  # most one-second slots of the interval used
+    assert phase_offset_seconds("cluster-0", 60.0) == offsets[0] * 6  # a fraction of it
+
+
+def test_phased_trigger_keeps_its_grid_and_never_fires_twice_in_a_row() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    early = PhasedIntervalTrigger(10.0, start + timedelta(seconds=2))
+    late = PhasedIntervalTrigger(10.0, start + timedelta(seconds=7))
+    # After the prompt first poll at `start`: the next grid point at least 5 s later.
+    assert early.get_next_fire_time(start, start) == start + timedelta(seconds=12)
+    assert late.get_next_fire_time(start, start) == start + timedelta(seconds=7)
+    # Then every 10 s on the grid.
+    fired = start + timedelta(seconds=7)
+    assert late.get_next_fire_time(fired, fired) == start + timedelta(seconds=17)
+    # A run that started late (slow previous poll) does not move the phase.
+    assert late.get_next_fire_time(start + timedelta(seconds=9), start) == start + timedelta(
+        seconds=17)
+    # No previous run: the first grid point from now on.
+    assert late.get_next_fire_time(None, start + timedelta(seconds=30)) == start + timedelta(
+        seconds=37)
+
+
+def test_clusters_poll_promptly_at_start_then_at_spread_phases() -> None:
+    names = [f"c{i}" for i in range(8)]
+    store = SnapshotStore([settings(n, interval=3600) for n in names])
+    sched = PollScheduler(
+        [job(lambda n=n: observation(n), name=n, interval=3600) for n in names], store)
+    before = datetime.now(UTC)
+    sched.start()
+    try:
+        # Every cluster's first poll runs without waiting for its phase (an hour here).
+        wait_for(lambda: all(s.poll_count >= 1 for s in store.states().values()))
+        planned = sched.next_poll_times()
+    finally:
+        sched.shutdown(1.0)
+    assert set(planned) == set(names)
+    offsets = {}
+    for name, at in planned.items():
+        assert at is not None
+        phase = phase_offset_seconds(name, 3600)
+        # The next poll is at the cluster's own phase, half an interval to 1.5 intervals on.
+        assert timedelta(seconds=1800) <= at - before <= timedelta(seconds=5400 + 60)
+        offsets[name] = (at - before).total_seconds() % 3600
+        assert abs(offsets[name] - phase) < 60
+    spread = sorted(offsets.values())
+    assert spread[-1] - spread[0] > 1800  # not phase-locked: spread over the interval
+    assert len({round(o) for o in spread}) == len(names)
