@@ -9,11 +9,14 @@ rules themselves live in `exporter.rules`):
   at CurrentTxnStartOffset) instead of the broker's LastTimestamp, so a stalled transaction cannot
   hide behind a later write; every open transaction on a partition counts, not only the lowest.
 - "hanging" is step 5 of the reference `kafka-transactions.sh find-hanging` algorithm.
+- "orphaned" (#orphaned) is the same step-5 answer, "not tracked", given by the coordinator on
+  two consecutive polls for the same open transaction: the collect side keeps the count
+  (`next_untracked_polls`), this module reports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 
 from exporter.model import (
     BrokerSummary,
@@ -22,14 +25,17 @@ from exporter.model import (
     ClusterSnapshot,
     LateTransaction,
     OpenTransaction,
+    OrphanedTransaction,
     TopicPartition,
     TransactionDescription,
+    TxnKey,
     UnobservedReason,
 )
 from exporter.rules import (
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     effective_max_timeout_ms,
     is_late,
+    is_orphaned,
     transaction_age_ms,
 )
 from exporter.settings import ClusterSettings
@@ -42,6 +48,8 @@ __all__ = [
     "is_late",
     "late_transactions",
     "max_timeout_by_broker",
+    "next_untracked_polls",
+    "orphaned_transactions",
     "transaction_age_ms",
     "unobserved_reason",
 ]
@@ -102,6 +110,35 @@ def classify(
     return Classification.COORDINATOR_TRACKED
 
 
+def next_untracked_polls(
+    previous: Mapping[TxnKey, int], answers: Mapping[TxnKey, Classification]
+) -> tuple[dict[TxnKey, int], frozenset[TxnKey]]:
+    """This poll's consecutive not-tracked counts, from the previous poll's and this poll's
+    coordinator answers (`classify` of each transaction asked about: HANGING = not tracked).
+
+    A key not asked about this poll is dropped (not seen open, or not asked): the count
+    restarts. Tracked or unknown resets it, so only two consecutive "not tracked" answers make
+    an orphan. Returns the counts (only keys answered not tracked) and the keys whose answer
+    is unknown after a "not tracked" one (they may be orphaned: their broker's count is
+    unknown)."""
+    counts: dict[TxnKey, int] = {}
+    undecided: set[TxnKey] = set()
+    for key, answer in answers.items():
+        if answer is Classification.HANGING:
+            counts[key] = previous.get(key, 0) + 1
+        elif answer is Classification.UNKNOWN and previous.get(key, 0) > 0:
+            undecided.add(key)
+    return counts, frozenset(undecided)
+
+
+def orphaned_transactions(
+    open_transactions: Iterable[OpenTransaction], untracked_polls: Mapping[TxnKey, int]
+) -> list[OpenTransaction]:
+    """The open transactions that are orphaned (late or not): what a caller that acts on
+    them (e.g. a consumer-group lookup) asks about besides the late ones."""
+    return [t for t in open_transactions if is_orphaned(untracked_polls.get(t.key, 0))]
+
+
 def late_transactions(
     open_transactions: Iterable[OpenTransaction],
     now_ms: int,
@@ -141,6 +178,9 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     late_partitions: set[TopicPartition] = set()
     hanging_partitions: set[TopicPartition] = set()
     undecided_brokers: set[int] = set()  # a late transaction classified unknown
+    orphaned: list[OrphanedTransaction] = []
+    orphaned_partitions: set[TopicPartition] = set()
+    orphan_undecided_brokers: set[int] = set()
     by_source: dict[str, int] = {}
     for txn in obs.open_transactions:
         by_source[txn.start_time_source.value] = by_source.get(txn.start_time_source.value, 0) + 1
@@ -150,7 +190,22 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
             max_age_ms[tp] = age_ms
         leader_of.setdefault(tp, txn.leader_id)
         threshold_ms = thresholds.get(txn.leader_id, default_ms)
-        if not is_late(txn, now_ms, threshold_ms, late_buffer_ms):
+        txn_is_late = is_late(txn, now_ms, threshold_ms, late_buffer_ms)
+        untracked_polls = obs.untracked_polls.get(txn.key, 0)
+        if is_orphaned(untracked_polls):
+            orphaned.append(
+                OrphanedTransaction(
+                    transaction=txn,
+                    age_seconds=age_ms / 1000.0,
+                    transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
+                    untracked_polls=untracked_polls,
+                    late=txn_is_late,
+                )
+            )
+            orphaned_partitions.add(tp)
+        elif txn.key in obs.untracked_unknown:
+            orphan_undecided_brokers.add(txn.leader_id)
+        if not txn_is_late:
             continue
         classification = classify(
             txn, obs.transactional_ids, obs.descriptions, obs.coordinator_view_complete
@@ -172,12 +227,15 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     open_count: dict[int, int] = {}
     late_count: dict[int, int] = {}
     hanging_count: dict[int, int] = {}
+    orphaned_count: dict[int, int] = {}
     for tp, leader in leader_of.items():
         open_count[leader] = open_count.get(leader, 0) + 1
         if tp in late_partitions:
             late_count[leader] = late_count.get(leader, 0) + 1
         if tp in hanging_partitions:
             hanging_count[leader] = hanging_count.get(leader, 0) + 1
+        if tp in orphaned_partitions:
+            orphaned_count[leader] = orphaned_count.get(leader, 0) + 1
 
     # A broker's counts are known only when every partition it leads was observed (it is up,
     # offers DescribeProducers, and answered for each of them); otherwise they are None
@@ -198,6 +256,9 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                 else None
             ),
             transaction_max_timeout_ms=b.transaction_max_timeout_ms,
+            partitions_with_orphaned_transactions=_known_count(
+                orphaned_count, b.broker_id, known, orphan_undecided_brokers
+            ),
             observable=b.observable,
         )
         for b in sorted(obs.brokers, key=lambda b: b.broker_id)
@@ -212,6 +273,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         tp: age_ms / 1000.0 for tp, age_ms in max_age_ms.items() if age_ms >= min_reported_ms
     }
     late.sort(key=lambda lt: (-lt.age_seconds, lt.transaction.topic, lt.transaction.partition))
+    orphaned.sort(key=lambda o: (-o.age_seconds, o.transaction.topic, o.transaction.partition))
     return ClusterSnapshot(
         cluster=obs.cluster,
         observed_at_ms=now_ms,
@@ -231,4 +293,11 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         poll_duration_seconds=obs.poll_duration_seconds,
         unobserved_by_reason=dict(sorted(by_reason.items())),
         open_transactions_by_start_time_source=dict(sorted(by_source.items())),
+        orphaned_transactions=tuple(orphaned),
     )
+
+
+def _known_count(
+    counts: Mapping[int, int], broker_id: int, known: bool, undecided: Set[int]
+) -> int | None:
+    return counts.get(broker_id, 0) if known and broker_id not in undecided else None

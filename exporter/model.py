@@ -34,12 +34,17 @@ class StartTimeSource(StrEnum):
 
 
 class Classification(StrEnum):
-    """Outcome of the reference find-hanging algorithm for one late open transaction."""
+    """Outcome of the reference find-hanging algorithm for one late open transaction, or
+    `ORPHANED` for one not yet late (docs/kafka-semantics.md#orphaned)."""
 
     HANGING = "hanging"
     COORDINATOR_TRACKED = "coordinator_tracked"
     UNKNOWN = "unknown"
     """The coordinator-side APIs could not be asked (unsupported, unauthorised, failed)."""
+    ORPHANED = "orphaned"
+    """Not late yet, but its coordinator did not track its partition on two consecutive polls
+    that saw it open with the same key: hanging, caught before it is late. A late transaction
+    found so keeps `HANGING`."""
 
 
 TxnKey = tuple[str, int, int, int, int]
@@ -166,6 +171,14 @@ class ClusterObservation:
     last_stable_offset_lag: Mapping[TopicPartition, int] = field(default_factory=dict)
     request_errors: tuple[RequestError, ...] = ()
     poll_duration_seconds: float = 0.0
+    untracked_polls: Mapping[TxnKey, int] = field(default_factory=dict)
+    """Per open transaction its coordinator was asked about in this poll and did not track
+    (its partition not in the description, the id not found, or no id for the producer): on
+    how many consecutive polls, this one included, that was the answer for the same key.
+    `rules.is_orphaned` says when that makes it orphaned."""
+    untracked_unknown: frozenset[TxnKey] = frozenset()
+    """Open transactions found not tracked on the previous poll whose coordinator could not
+    answer in this one (loading, moved, unreachable): whether they are orphaned is unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +187,24 @@ class LateTransaction:
     age_seconds: float
     classification: Classification
     transactional_id: str  # "" when no id maps to the producer
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanedTransaction:
+    """An open transaction, late or not, that its coordinator did not track on two
+    consecutive polls with the same key (docs/kafka-semantics.md#orphaned)."""
+
+    transaction: OpenTransaction
+    age_seconds: float
+    transactional_id: str  # "" when no id maps to the producer
+    untracked_polls: int
+    """Consecutive polls (this one included) on which the coordinator did not track it."""
+    late: bool
+    """Also late: then it is listed among the late transactions too, classified hanging."""
+
+    @property
+    def classification(self) -> Classification:
+        return Classification.HANGING if self.late else Classification.ORPHANED
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +219,10 @@ class BrokerSummary:
     """None also while any late transaction on the broker is classified unknown (e.g. its
     coordinator is loading): a hanging one may hide among them."""
     transaction_max_timeout_ms: int | None
+    partitions_with_orphaned_transactions: int | None = None
+    """Partitions led by the broker with an orphaned transaction (late or not). None under
+    the open count's condition, and while the coordinator of a transaction found not tracked
+    on the previous poll could not answer (`ClusterObservation.untracked_unknown`)."""
     observable: bool = True
     """False (with `up` True) when the broker cannot report producer state (no
     DescribeProducers): its partitions are unobserved, so its counts are None."""
@@ -217,3 +252,5 @@ class ClusterSnapshot:
     """Unobserved partitions per `UnobservedReason` value (only reasons with a count)."""
     open_transactions_by_start_time_source: Mapping[str, int] = field(default_factory=dict)
     """Open transactions per `StartTimeSource` value (only sources with a count)."""
+    orphaned_transactions: tuple[OrphanedTransaction, ...] = ()
+    """Every orphaned transaction, late or not (late ones are in `late_transactions` too)."""

@@ -14,6 +14,16 @@ from exporter.settings import ClusterSettings
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
 """Kafka's default transaction.max.timeout.ms (15 min), used when a broker's value is unknown."""
 
+ORPHANED_AFTER_POLLS = 2
+"""Consecutive polls on which the coordinator must not track an open transaction (same
+producer id, epoch and start offset) before it is orphaned (docs/kafka-semantics.md#orphaned)."""
+
+
+def is_orphaned(untracked_polls: int) -> bool:
+    """Orphaned once not tracked on `ORPHANED_AFTER_POLLS` consecutive polls: one answer can
+    be a race with the transaction's own end, two with the same key cannot."""
+    return untracked_polls >= ORPHANED_AFTER_POLLS
+
 
 def transaction_age_ms(open_txn: OpenTransaction, now_ms: int) -> int:
     """How long the transaction has been open; never negative (clock skew)."""

@@ -16,6 +16,8 @@ from exporter.analyze import (
     classify,
     effective_max_timeout_ms,
     is_late,
+    next_untracked_polls,
+    orphaned_transactions,
 )
 from exporter.model import (
     BrokerStatus,
@@ -300,3 +302,77 @@ def test_unobserved_lag_states_and_errors_pass_through() -> None:
 def test_no_broker_up_means_cluster_down() -> None:
     snap = analyze(observation(brokers=()), SETTINGS)
     assert not snap.up
+
+
+# -- orphaned (docs/kafka-semantics.md#orphaned) ----------------------------------------------
+
+
+def test_untracked_count_grows_only_on_consecutive_not_tracked_answers() -> None:
+    a, b, c = txn(partition=0).key, txn(partition=1).key, txn(partition=2).key
+    counts, undecided = next_untracked_polls(
+        {}, {a: Classification.HANGING, b: Classification.COORDINATOR_TRACKED}
+    )
+    assert counts == {a: 1} and undecided == frozenset()
+    counts, undecided = next_untracked_polls(
+        counts,
+        {a: Classification.HANGING, b: Classification.HANGING, c: Classification.UNKNOWN},
+    )
+    assert counts == {a: 2, b: 1} and undecided == frozenset()
+    # Unknown after "not tracked": undecided, and the count starts again; tracked resets it.
+    counts, undecided = next_untracked_polls(
+        counts, {a: Classification.UNKNOWN, b: Classification.COORDINATOR_TRACKED}
+    )
+    assert counts == {} and undecided == frozenset({a})
+    counts, _ = next_untracked_polls(counts, {a: Classification.HANGING})
+    assert counts == {a: 1}
+    # A key not asked about (not seen open) is forgotten.
+    counts, _ = next_untracked_polls(counts, {b: Classification.HANGING})
+    assert counts == {b: 1}
+
+
+def test_orphaned_needs_two_untracked_polls_and_counts_per_broker() -> None:
+    young = txn(partition=0, age_ms=MINUTE_MS, producer_id=3)
+    once = txn(partition=1, age_ms=MINUTE_MS, producer_id=4)
+    snap = analyze(
+        observation(young, once, untracked_polls={young.key: 2, once.key: 1},
+                    transactional_ids={3: "hang-1"}),
+        SETTINGS,
+    )
+    (orphan,) = snap.orphaned_transactions
+    assert orphan.transaction == young
+    assert orphan.classification is Classification.ORPHANED and not orphan.late
+    assert orphan.transactional_id == "hang-1" and orphan.untracked_polls == 2
+    assert orphan.age_seconds == 60.0
+    assert snap.late_transactions == ()
+    assert orphaned_transactions([young, once], {young.key: 2, once.key: 1}) == [young]
+    broker = snap.brokers[0]
+    assert broker.partitions_with_orphaned_transactions == 1
+    assert broker.partitions_with_late_transactions == 0
+
+
+def test_late_orphaned_transaction_keeps_hanging_and_counts_as_orphaned() -> None:
+    old = txn(age_ms=30 * MINUTE_MS, producer_id=3)
+    snap = analyze(observation(old, untracked_polls={old.key: 3}), SETTINGS)
+    (lt,) = snap.late_transactions
+    assert lt.classification is Classification.HANGING
+    (orphan,) = snap.orphaned_transactions
+    assert orphan.late and orphan.classification is Classification.HANGING
+    assert snap.brokers[0].partitions_with_orphaned_transactions == 1
+
+
+def test_orphaned_count_unknown_while_a_suspect_goes_unanswered_or_partitions_unobserved() -> None:
+    suspect = txn(partition=0, age_ms=MINUTE_MS)
+    snap = analyze(observation(suspect, untracked_unknown=frozenset({suspect.key})), SETTINGS)
+    assert snap.brokers[0].partitions_with_orphaned_transactions is None
+    assert snap.brokers[0].partitions_with_open_transactions == 1  # the rest stays known
+    leaders = {TopicPartition("t", 0): 1, TopicPartition("t", 9): 1}
+    snap = analyze(
+        replace(
+            observation(suspect, untracked_polls={suspect.key: 2}),
+            leaders=leaders,
+            unobserved={TopicPartition("t", 9): "NOT_LEADER_OR_FOLLOWER"},
+        ),
+        SETTINGS,
+    )
+    assert snap.brokers[0].partitions_with_orphaned_transactions is None
+    assert len(snap.orphaned_transactions) == 1  # the one seen is still listed

@@ -1,6 +1,7 @@
 """The coordinator view: every broker's ListTransactions (transactional id <-> producer id,
-state counts), then FindCoordinator + DescribeTransactions for the ids of late transactions
-only (reference find-hanging steps 3-4, docs/kafka-semantics.md)."""
+state counts), then FindCoordinator + DescribeTransactions for the ids of the transactions the
+poller asks about: late ones, and ones already seen open on the previous poll (reference
+find-hanging steps 3-4; docs/kafka-semantics.md#find-hanging, #orphaned)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class _CoordinatorApiUnsupported(Exception):
 
 
 class CoordinatorReader:
-    """Maps producers of late transactions to their transactional ids and coordinators.
+    """Maps producers of the transactions asked about to their transactional ids and
+    coordinators.
 
     Its one cache (transactional id -> coordinator broker) holds only the ids asked about in
     the latest poll: an id whose transaction ended is forgotten at the end of the next poll."""
@@ -102,7 +104,7 @@ class CoordinatorReader:
         self,
         listed: Listing,
         open_txns: list[OpenTransaction],
-        is_late: Callable[[OpenTransaction], bool],
+        ask: Callable[[OpenTransaction], bool],
         meta: MetadataView,
         state: PollState,
     ) -> CoordinatorView:
@@ -116,11 +118,13 @@ class CoordinatorReader:
         # A partial count would read as transactions that ended: no count unless all answered.
         view.states = states if view.complete else None
 
-        late_producers = {t.producer_id for t in open_txns if is_late(t)}
+        asked_producers = {t.producer_id for t in open_txns if ask(t)}
         # The unfiltered listing above holds the same (id, pid) pairs ListTransactions with
         # ProducerIdFilters would return (reference find-hanging step 3), one round trip less.
+        # It was taken after the previous poll ended, so after any transaction seen open then
+        # had begun (docs/kafka-semantics.md#orphaned).
         view.transactional_ids = {
-            pid: ids_by_producer[pid] for pid in late_producers if pid in ids_by_producer
+            pid: ids_by_producer[pid] for pid in asked_producers if pid in ids_by_producer
         }
         wanted_ids = set(view.transactional_ids.values())
         wanted = sorted(wanted_ids)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import structlog
 
+from exporter.analyze import classify, next_untracked_polls
 from exporter.collect.broker_config import MaxTimeoutReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
@@ -25,7 +26,7 @@ from exporter.collect.lso import LastStableOffsetReader
 from exporter.collect.pollstate import ApiSupportLog, PollState, wall_clock_ms
 from exporter.collect.producers import ProducerStateReader
 from exporter.collect.start_times import StartTimeResolver
-from exporter.model import BrokerStatus, ClusterObservation, OpenTransaction
+from exporter.model import BrokerStatus, Classification, ClusterObservation, OpenTransaction, TxnKey
 from exporter.rules import effective_max_timeout_ms, is_late, late_buffer_ms
 from exporter.settings import ClusterSettings
 
@@ -52,6 +53,9 @@ class ClusterPoller:
         self._coordinators = CoordinatorReader(self._client, self._support)
         self._lso = LastStableOffsetReader(self._client)
         self._down_logged: set[int] = set()
+        self._seen_open: set[TxnKey] = set()
+        """Open transactions of the previous poll: asked about if still open (#orphaned)."""
+        self._untracked_polls: dict[TxnKey, int] = {}
         self._closed = False
 
     def poll(self) -> ClusterObservation:
@@ -74,6 +78,8 @@ class ClusterPoller:
             **self._start_times.cache_sizes(),
             **self._broker_config.cache_sizes(),
             **self._coordinators.cache_sizes(),
+            "seen_open": len(self._seen_open),
+            "untracked_polls": len(self._untracked_polls),
             "down_logged": len(self._down_logged),
             "unsupported_logged": len(self._support),
         }
@@ -88,6 +94,7 @@ class ClusterPoller:
         except CollectError as exc:
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
+            self._untracked_polls = {}  # no answer this poll: "consecutive" starts again
             return ClusterObservation(
                 cluster=self.settings.name,
                 observed_at_ms=state.now_ms,
@@ -110,10 +117,28 @@ class ClusterPoller:
             self._start_times.resolve(meta, state),
             self._lso.lag(state),
         )
-        coordinator_view = await self._coordinators.view(
-            listed, open_txns, self._late_rule(state.now_ms), meta, state
-        )
+        late = self._late_rule(state.now_ms)
+        seen_before = self._seen_open
+
+        def ask(txn: OpenTransaction) -> bool:
+            # A transaction seen open only once costs nothing: most end before the next poll.
+            return txn.key in seen_before or late(txn)
+
+        coordinator_view = await self._coordinators.view(listed, open_txns, ask, meta, state)
         self._start_times.evict_closed(state, meta)
+        answers: dict[TxnKey, Classification] = {
+            txn.key: classify(
+                txn,
+                coordinator_view.transactional_ids,
+                coordinator_view.descriptions,
+                coordinator_view.complete,
+            )
+            for txn in open_txns
+            if ask(txn)
+        }
+        untracked_polls, untracked_unknown = next_untracked_polls(self._untracked_polls, answers)
+        self._untracked_polls = untracked_polls
+        self._seen_open = {txn.key for txn in open_txns}
 
         return ClusterObservation(
             cluster=self.settings.name,
@@ -129,10 +154,12 @@ class ClusterPoller:
             last_stable_offset_lag=lso_lag,
             request_errors=tuple(state.request_errors),
             poll_duration_seconds=time.monotonic() - started,
+            untracked_polls=untracked_polls,
+            untracked_unknown=untracked_unknown,
         )
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:
-        """`rules.is_late` with each leader's threshold: which ids to ask coordinators about."""
+        """`rules.is_late` with each leader's threshold: ids to ask coordinators about."""
         buffer_ms = late_buffer_ms(self.settings)
         max_timeout_ms = self._broker_config.max_timeout_ms
 

@@ -17,7 +17,9 @@ from exporter.model import Classification
 
 ROUNDS = 25
 IDS_PER_ROUND = 8
-PER_TRANSACTION_CACHES = ("batch_timestamps", "first_seen", "coordinators")
+PER_TRANSACTION_CACHES = (
+    "batch_timestamps", "first_seen", "coordinators", "seen_open", "untracked_polls",
+)
 
 
 def test_caches_stay_bounded_over_hundreds_of_transactional_ids() -> None:

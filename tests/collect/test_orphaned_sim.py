@@ -1,0 +1,159 @@
+"""Orphaned transactions (issue 17 item 2) against the simulator over TCP: an open transaction
+its coordinator does not track on two consecutive polls with the same key is flagged before it
+is late; a healthy one is never; an unanswered coordinator is unknown, never orphaned.
+
+Rule and races: docs/kafka-semantics.md#orphaned. Polls are driven by the test on the
+simulator's clock, advanced by one poll interval between polls.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.producer import hanging_transaction, open_transaction
+from simhelpers import CAPTURE_BROKER_CONFIG, PollEnv, poll_env
+
+from exporter.model import Classification, ClusterSnapshot, TopicPartition
+
+POLL_INTERVAL_MS = 30_000  # the default poll_interval_seconds
+LIST_TRANSACTIONS, DESCRIBE_TRANSACTIONS, FIND_COORDINATOR = 66, 65, 10
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+@pytest.fixture
+def env() -> Iterator[PollEnv]:
+    with (
+        SimCluster(brokers=3, topics={"t": 6}, broker_config=CAPTURE_BROKER_CONFIG) as sim,
+        poll_env(sim, "sim", request_timeout_seconds=2.0, min_reported_duration_seconds=0.0)
+        as env,
+    ):
+        yield env
+
+
+def next_poll(env: PollEnv) -> ClusterSnapshot:
+    env.sim.clock.advance(POLL_INTERVAL_MS)
+    return env.poll()[1]
+
+
+@contextmanager
+def requests_by_api(env: PollEnv) -> Iterator[Counter[int]]:
+    """Counts the requests the simulated brokers receive, by API key."""
+    seen: Counter[int] = Counter()
+    router: Any = env.sim.router
+    original = router.handle
+
+    def handle(ctx: Any, request: Any) -> Any:
+        seen[ctx.api_key] += 1
+        return original(ctx, request)
+
+    env.sim.call(setattr, router, "handle", handle)
+    try:
+        yield seen
+    finally:
+        env.sim.call(delattr, router, "handle")
+
+
+def orphaned_keys(snap: ClusterSnapshot) -> set[tuple[str, int, int, int, int]]:
+    return {o.transaction.key for o in snap.orphaned_transactions}
+
+
+def orphaned_by_broker(snap: ClusterSnapshot) -> dict[int, int | None]:
+    return {b.broker_id: b.partitions_with_orphaned_transactions for b in snap.brokers}
+
+
+def test_injected_hanging_transactions_are_orphaned_two_polls_after_first_seen(
+    env: PollEnv,
+) -> None:
+    first_seen: dict[tuple[str, int, int, int, int], int] = {}  # poll number
+    flagged_at: dict[tuple[str, int, int, int, int], int] = {}
+    injected: list[tuple[str, int, int, int, int]] = []
+    # One hanging transaction injected before each of four polls, on partitions led by
+    # different brokers, while a healthy one stays open throughout.
+    healthy = open_transaction(env.bootstrap, "healthy", "t", [5], now_ms=env.now_ms)
+    for i in range(4):
+        pid, epoch, offset = hanging_transaction(
+            env.bootstrap, f"hang-{i}", "t", i, now_ms=env.now_ms
+        )
+        injected.append(("t", i, pid, epoch, offset))
+        snap = next_poll(env)
+        for o in snap.orphaned_transactions:
+            flagged_at.setdefault(o.transaction.key, i)
+        for key in injected:
+            first_seen.setdefault(key, i)
+    for i in range(4, 7):
+        snap = next_poll(env)
+        for o in snap.orphaned_transactions:
+            flagged_at.setdefault(o.transaction.key, i)
+
+    assert set(flagged_at) == set(injected)  # every one, and the healthy one never
+    for key in injected:
+        # Polls are one interval apart: flagged two poll intervals after first seen open.
+        assert flagged_at[key] - first_seen[key] == 2, key
+    assert all(not o.late and o.classification is Classification.ORPHANED
+               for o in snap.orphaned_transactions)
+    assert {o.transactional_id for o in snap.orphaned_transactions} == {
+        f"hang-{i}" for i in range(4)}
+    assert snap.late_transactions == ()  # 3.5 min old: not late (60 s + 5 min)
+    leaders = {i: env.leader("t", i) for i in range(4)}
+    expected = Counter(leaders.values())
+    assert orphaned_by_broker(snap) == {b: expected.get(b, 0) for b in env.sim.node_ids}
+    healthy.commit()
+
+
+def test_a_transaction_seen_once_costs_no_coordinator_request(env: PollEnv) -> None:
+    env.poll()  # connections and metadata warm
+    txn = open_transaction(env.bootstrap, "short", "t", [0], now_ms=env.now_ms)
+    with requests_by_api(env) as seen:
+        next_poll(env)
+    txn.commit()
+    with requests_by_api(env) as after:
+        next_poll(env)
+    # Only the per-poll listing, one per broker; nothing was described.
+    assert seen[LIST_TRANSACTIONS] == 3 and after[LIST_TRANSACTIONS] == 3
+    assert seen[DESCRIBE_TRANSACTIONS] == seen[FIND_COORDINATOR] == 0
+    assert after[DESCRIBE_TRANSACTIONS] == after[FIND_COORDINATOR] == 0
+
+
+def test_a_long_healthy_transaction_is_described_from_its_second_poll_and_never_orphaned(
+    env: PollEnv,
+) -> None:
+    txn = open_transaction(env.bootstrap, "long", "t", [0, 1], now_ms=env.now_ms)
+    with requests_by_api(env) as first:
+        next_poll(env)
+    assert first[DESCRIBE_TRANSACTIONS] == 0
+    for _ in range(5):
+        with requests_by_api(env) as seen:
+            obs = env.poller.poll()
+        assert seen[DESCRIBE_TRANSACTIONS] == 1  # one coordinator, one id
+        assert obs.untracked_polls == {}
+        env.sim.clock.advance(POLL_INTERVAL_MS // 10)
+    txn.commit()
+
+
+def test_coordinator_loading_is_unknown_never_orphaned(env: PollEnv) -> None:
+    _, _, offset = hanging_transaction(env.bootstrap, "hang-l", "t", 0, now_ms=env.now_ms)
+    next_poll(env)  # first seen: not asked
+    snap = next_poll(env)  # not tracked once
+    assert snap.orphaned_transactions == ()
+    leader = env.leader("t", 0)
+    assert orphaned_by_broker(snap)[leader] == 0
+    state: Any = env.sim.state
+    partition = env.sim.call(lambda: state.coordinator.partition_for("hang-l"))
+    env.sim.call(state.coordinator.loading_partitions.add, partition)
+    snap = next_poll(env)
+    # The coordinator cannot answer: whether it is orphaned now is unknown, not 0, not 1.
+    assert snap.orphaned_transactions == ()
+    assert orphaned_by_broker(snap)[leader] is None
+    env.sim.call(state.coordinator.loading_partitions.discard, partition)
+    snap = next_poll(env)  # the count started again: not tracked once
+    assert snap.orphaned_transactions == () and orphaned_by_broker(snap)[leader] == 0
+    snap = next_poll(env)
+    (orphan,) = snap.orphaned_transactions
+    assert orphan.transaction.key == ("t", 0, orphan.transaction.producer_id, 0, offset)
+    assert orphaned_by_broker(snap)[leader] == 1
+    assert TopicPartition("t", 0) in snap.max_active_transaction_duration_seconds
