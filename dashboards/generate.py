@@ -92,6 +92,7 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
         "severity": "warning",
         "threshold": "0",
     },
+    "KafkaTxnExporterConfigReloadFailed": {"for": "10m", "severity": "warning"},
 }
 """Every rule's tunables and their defaults (the chart's `prometheusRule.rules` mirrors this).
 
@@ -298,6 +299,15 @@ def rules_template() -> dict[str, Any]:
             "{{ $labels.cluster }} (leader unavailable, missing READ permission on the topic, "
             "or per-partition errors), so transactions on them are not seen. See "
             "kafka_txn_exporter_request_errors_total by api and error.",
+        ),
+        _rule(
+            "KafkaTxnExporterConfigReloadFailed",
+            f"kafka_txn_exporter_config_last_reload_successful{{{SELECTOR}}} == 0",
+            "kafka-txn-exporter {{ $labels.instance }} rejected its new configuration",
+            "The last configuration reload (SIGHUP) of the exporter at {{ $labels.instance }} "
+            "failed: it keeps polling with the configuration it had, not the one on disk. The "
+            "exporter's log names the field at fault (event config_reload_failed); a restart "
+            "now would fail to start.",
         ),
     ]
     return {
