@@ -8,11 +8,12 @@ answer (docs/kafka-semantics.md#kafka-python-admin).
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -20,11 +21,12 @@ from typing import Any
 from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.admin.transactions import (
     DescribeProducersRequest,
+    DescribeProducersResponse,
     DescribeTransactionsRequest,
     ListTransactionsRequest,
 )
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest, MetadataResponse
 from kafka.record.memory_records import MemoryRecords
 
@@ -40,6 +42,16 @@ from exporter.collect.connection import (
     parse_bootstrap,
 )
 from exporter.collect.fastdecode import Decoder, LeanMetadataResponse, lean, metadata_identity
+from exporter.collect.fastencode import (
+    DESCRIBE_PRODUCERS,
+    DESCRIBE_PRODUCERS_VERSIONS,
+    LIST_OFFSETS,
+    LIST_OFFSETS_FIRST_FLEXIBLE,
+    LIST_OFFSETS_VERSIONS,
+    LeanRequest,
+    encode_describe_producers,
+    encode_list_offsets,
+)
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
 
@@ -323,15 +335,21 @@ def batch_partitions(
 
 
 def describe_producers_request(
-    batch: Iterable[tuple[str, list[int]]],
-) -> Callable[[BrokerConnection], Any]:
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeProducersRequest(
-            topics=[
-                DescribeProducersRequest.TopicRequest(name=t, partition_indexes=ps)
-                for t, ps in batch
-            ],
-            version=connection.version_for(DescribeProducersRequest),
+    batch: Sequence[tuple[str, Sequence[int]]],
+) -> Callable[[BrokerConnection], LeanRequest]:
+    """DescribeProducers for `batch`, written by `fastencode` (kafka-python's bytes)."""
+
+    def build(connection: BrokerConnection) -> LeanRequest:
+        version = connection.version_for(
+            DescribeProducersRequest, max_version=DESCRIBE_PRODUCERS_VERSIONS[-1]
+        )
+        return LeanRequest(
+            api_key=DESCRIBE_PRODUCERS,
+            version=version,
+            flexible=True,
+            name=DescribeProducersRequest.name,
+            response_class=DescribeProducersResponse,
+            encode_body=functools.partial(encode_describe_producers, batch, version),
         )
 
     return build
@@ -431,32 +449,32 @@ def describe_transactions_request(
 
 def list_offsets_request(
     partitions: dict[str, list[int]], isolation_level: int
-) -> Callable[[BrokerConnection], Any]:
+) -> Callable[[BrokerConnection], LeanRequest]:
     """Latest offset per partition: READ_UNCOMMITTED gives the high watermark, READ_COMMITTED
-    the last stable offset (reference: LastStableOffsetLag from outside the broker)."""
+    the last stable offset (reference: LastStableOffsetLag from outside the broker). Written by
+    `fastencode` (kafka-python's bytes)."""
 
-    def build(connection: BrokerConnection) -> Any:
+    def build(connection: BrokerConnection) -> LeanRequest:
         # isolation_level exists from v2; an older answer would silently be the high watermark.
-        version = connection.version_for(ListOffsetsRequest)
+        version = connection.version_for(
+            ListOffsetsRequest, max_version=LIST_OFFSETS_VERSIONS[-1]
+        )
         if version < 2:
             raise UnsupportedApiForLag("ListOffsets v2+ needed for isolation_level")
-        return ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=isolation_level,
-            topics=[
-                ListOffsetsRequest.ListOffsetsTopic(
-                    name=t,
-                    partitions=[
-                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                            partition_index=p, current_leader_epoch=-1, timestamp=LATEST_OFFSET
-                        )
-                        for p in ps
-                    ],
-                )
-                for t, ps in partitions.items()
-            ],
-            timeout_ms=0,
+        return LeanRequest(
+            api_key=LIST_OFFSETS,
             version=version,
+            flexible=version >= LIST_OFFSETS_FIRST_FLEXIBLE,
+            name=ListOffsetsRequest.name,
+            response_class=ListOffsetsResponse,
+            encode_body=functools.partial(
+                encode_list_offsets,
+                version,
+                -1,  # replica id: a consumer
+                isolation_level,
+                partitions.items(),
+                LATEST_OFFSET,
+            ),
         )
 
     return build

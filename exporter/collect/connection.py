@@ -13,7 +13,8 @@ by a poller that may run from any scheduler thread. So this module keeps only wh
 - SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512 via kafka-python's mechanism classes.
 
 Encoding and decoding are kafka-python's generated protocol classes (`kafka.protocol.*`),
-except where a caller passes a lean decoder (`fastdecode.py`: Metadata, DescribeProducers).
+except for a `fastencode.LeanRequest` (DescribeProducers, ListOffsets: body written by hand)
+and where a caller passes a lean decoder (`fastdecode.py`: Metadata, DescribeProducers, Fetch).
 Every failure surfaces as a typed `CollectError`; nothing here crashes a poll.
 """
 
@@ -34,6 +35,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
+from exporter.collect.fastencode import LeanRequest
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
 from exporter.tlsfiles import load_cert_chain
 
@@ -252,14 +254,21 @@ class BrokerConnection:
             raise BrokerUnreachable("not connected")
         self._next_correlation_id = (self._next_correlation_id + 1) % 2**31
         correlation_id = self._next_correlation_id
-        request.API_VERSION = version
-        request.with_header(correlation_id=correlation_id, client_id=self._options.client_id)
         try:
-            data = request.encode(header=True, framed=True)
+            if isinstance(request, LeanRequest):
+                data = request.frame(correlation_id, self._options.client_id)
+                response_class = request.response_class
+            else:
+                request.API_VERSION = version
+                request.with_header(
+                    correlation_id=correlation_id, client_id=self._options.client_id
+                )
+                data = request.encode(header=True, framed=True)
+                response_class = request.header.get_response_class()
         except Exception as exc:
-            raise DecodeError(f"cannot encode {type(request).__name__} v{version}: {exc}") from exc
+            raise DecodeError(f"cannot encode {request.name} v{version}: {exc}") from exc
         if decode is None:
-            decode = functools.partial(decode_response, request.header.get_response_class())
+            decode = functools.partial(decode_response, response_class)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = (decode, version, future)
         try:
