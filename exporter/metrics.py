@@ -72,6 +72,13 @@ METRICS: tuple[MetricSpec, ...] = (
         _BROKER,
     ),
     MetricSpec(
+        "kafka_partitions_with_orphaned_transactions", "gauge",
+        "Partitions led by the broker with an open transaction, late or not, that its "
+        "coordinator did not track on two consecutive polls (same producer id, epoch and "
+        "start offset): hanging, caught before it is late.",
+        _BROKER,
+    ),
+    MetricSpec(
         "kafka_partitions_with_open_transactions", "gauge",
         "Partitions led by the broker with at least one open transaction.",
         _BROKER,
@@ -81,6 +88,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "Age of each late open transaction, with its identity and classification.",
         (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
          "transactional_id", "classification"),
+    ),
+    MetricSpec(
+        "kafka_orphaned_transaction_age_seconds", "gauge",
+        "Age of each orphaned open transaction (late or not), with its identity.",
+        (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
+         "transactional_id"),
     ),
     MetricSpec(
         "kafka_transactions", "gauge",

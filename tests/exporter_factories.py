@@ -11,6 +11,7 @@ from exporter.model import (
     ClusterSnapshot,
     LateTransaction,
     OpenTransaction,
+    OrphanedTransaction,
     RequestError,
     StartTimeSource,
     TopicPartition,
@@ -58,6 +59,18 @@ def late(
     )
 
 
+def orphaned(
+    txn: OpenTransaction, transactional_id: str = "", *, late: bool = False
+) -> OrphanedTransaction:
+    return OrphanedTransaction(
+        transaction=txn,
+        age_seconds=(NOW_MS - txn.start_time_ms) / 1000.0,
+        transactional_id=transactional_id,
+        untracked_polls=2,
+        late=late,
+    )
+
+
 def broker(
     broker_id: int,
     *,
@@ -65,6 +78,7 @@ def broker(
     open_: int = 0,
     late_: int = 0,
     hanging: int = 0,
+    orphaned_: int | None = 0,
     max_timeout_ms: int | None = 60_000,
     observable: bool = True,
 ) -> BrokerSummary:
@@ -75,6 +89,7 @@ def broker(
         partitions_with_late_transactions=late_,
         partitions_with_hanging_transactions=hanging,
         transaction_max_timeout_ms=max_timeout_ms,
+        partitions_with_orphaned_transactions=orphaned_,
         observable=observable,
     )
 
@@ -86,6 +101,7 @@ def snapshot(
     brokers: Sequence[BrokerSummary] = (),
     durations: Mapping[TopicPartition, float] | None = None,
     late_transactions: Sequence[LateTransaction] = (),
+    orphaned_transactions: Sequence[OrphanedTransaction] = (),
     transaction_states: Mapping[str, int] | None = None,
     lso_lag: Mapping[TopicPartition, int] | None = None,
     unobserved: int = 0,
@@ -110,6 +126,7 @@ def snapshot(
         poll_duration_seconds=poll_duration_seconds,
         unobserved_by_reason=dict(unobserved_by_reason or {}),
         open_transactions_by_start_time_source=dict(by_start_time_source or {}),
+        orphaned_transactions=tuple(orphaned_transactions),
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from exporter_factories import broker, late, open_txn, snapshot
+from exporter_factories import broker, late, open_txn, orphaned, snapshot
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as om_generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
@@ -42,14 +42,16 @@ def golden_store() -> SnapshotStore:
     hanging = open_txn("orders", 3, leader_id=1, producer_id=7, start_offset=42, age_ms=400_000)
     tracked = open_txn("payments", 0, leader_id=2, producer_id=8, producer_epoch=2,
                        coordinator_epoch=5, start_offset=17, age_ms=250_500)
+    early = open_txn("orders", 5, leader_id=1, producer_id=9, start_offset=3, age_ms=95_000)
     store.publish(snapshot(
         "prod",
-        brokers=[broker(1, open_=2, late_=1, hanging=1),
-                 broker(2, open_=1, late_=1, max_timeout_ms=900_000),
+        brokers=[broker(1, open_=2, late_=1, hanging=1, orphaned_=2),
+                 broker(2, open_=1, late_=1, max_timeout_ms=900_000, orphaned_=None),
                  broker(3, up=False, max_timeout_ms=None)],
         durations={TopicPartition("orders", 3): 400.0, TopicPartition("payments", 0): 250.5},
         late_transactions=[late(hanging, Classification.HANGING, ""),
                            late(tracked, Classification.COORDINATOR_TRACKED, 'pay"ments\\1')],
+        orphaned_transactions=[orphaned(hanging, late=True), orphaned(early, "etl-7")],
         transaction_states={"Ongoing": 1, "Empty": 2},
         lso_lag={TopicPartition("orders", 3): 12},
         unobserved=4,

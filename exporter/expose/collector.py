@@ -217,6 +217,8 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
             ("kafka_partitions_with_late_transactions", b.partitions_with_late_transactions),
             ("kafka_partitions_with_hanging_transactions",
              b.partitions_with_hanging_transactions),
+            ("kafka_partitions_with_orphaned_transactions",
+             b.partitions_with_orphaned_transactions),
             ("kafka_partitions_with_open_transactions", b.partitions_with_open_transactions),
         )
         for name, value in counts:
@@ -237,6 +239,18 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
             str(txn.current_txn_start_offset),
             late.transactional_id,
             str(late.classification),
+        )
+    for orphan in snap.orphaned_transactions:
+        txn = orphan.transaction
+        fam.add(
+            "kafka_orphaned_transaction_age_seconds", state, orphan.age_seconds,
+            txn.topic,
+            str(txn.partition),
+            str(txn.producer_id),
+            str(txn.producer_epoch),
+            str(txn.coordinator_epoch),
+            str(txn.current_txn_start_offset),
+            orphan.transactional_id,
         )
     if snap.transaction_states is not None:
         for txn_state, count in sorted(snap.transaction_states.items()):
