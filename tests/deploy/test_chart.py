@@ -1120,3 +1120,25 @@ def test_every_new_value_set_lints_and_validates_strictly(
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
     validate_all(objects(render(chart, values)))
+
+
+def test_telemetry_path_reaches_the_exporter_and_the_servicemonitor(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    values = {"config": {"web": {"telemetry_path": "/kafka/metrics"}},
+              "serviceMonitor": {"enabled": True}}
+    docs = objects(render(chart, values))
+    validate_all(docs)
+    assert load_rendered_config(docs, tmp_path).web.telemetry_path == "/kafka/metrics"
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["path"] == "/kafka/metrics"
+    defaults = objects(render(chart, {"serviceMonitor": {"enabled": True}}))
+    assert one(defaults, "ServiceMonitor")["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+@pytest.mark.parametrize("path", ["/", "/healthz", "/readyz", "metrics", "/a b", "/m?x=1"])
+def test_a_telemetry_path_the_exporter_would_refuse_fails_the_schema(
+    chart: helm.Chart, path: str
+) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        render(chart, {"config": {"web": {"telemetry_path": path}}})

@@ -159,7 +159,7 @@ file paths under kte.credentialsDir/<index>/; nothing secret is rendered.
 {{- end }}
 {{- $clusters = append $clusters $out }}
 {{- end }}
-{{- $web := dict "listen_address" .Values.config.web.listen_address "port" (int .Values.config.web.port) }}
+{{- $web := dict "listen_address" .Values.config.web.listen_address "port" (int .Values.config.web.port) "telemetry_path" (.Values.config.web.telemetry_path | default "/metrics") }}
 {{- with include "kte.webConfigFile" . }}
 {{- $_ := set $web "web_config_file" . }}
 {{- end }}
