@@ -41,8 +41,6 @@ from exporter.settings import (
     TlsSettings,
     WebSettings,
 )
-from exporter.webconfig import parse_web_config_file
-from exporter.yamlfile import read_password_file, read_yaml_file
 
 ENV_PREFIX = "KTE_"
 CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
@@ -189,6 +187,8 @@ def _read_secret_file(name: str, path: str) -> str:
     if not Path(name).is_file():
         raise ConfigError(f"{path}: the file it names does not exist or is not a regular file "
                           "(the name is not shown in case it is a secret)")
+    from exporter.yamlfile import read_password_file  # PyYAML: only when a file is named
+
     try:
         return read_password_file(name, path)
     except ConfigError as exc:
@@ -438,6 +438,8 @@ class Overrides:
 
 def _read_yaml(path: str) -> dict[str, Any]:
     """The config file (UTF-8; duplicate keys, deep nesting and alias bombs are errors)."""
+    from exporter.yamlfile import read_yaml_file  # PyYAML: only when there is a file
+
     data = read_yaml_file(path, "config file")
     if data is None:
         return {}
@@ -640,6 +642,8 @@ def load_settings(
     web_settings = WebSettings(**web)
     if web_settings.web_config_file is not None:
         # Parsed once, here, so a bad one stops start-up; the HTTP layer uses the record.
+        from exporter.webconfig import parse_web_config_file
+
         web_settings = WebSettings(
             **web, web_config=parse_web_config_file(web_settings.web_config_file)
         )

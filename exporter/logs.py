@@ -16,11 +16,12 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Mapping, MutableMapping
-from typing import Any, TextIO
+from collections.abc import Callable, Mapping, MutableMapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO
 
-import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+if TYPE_CHECKING:
+    from structlog.typing import EventDict, Processor, WrappedLogger
 
 REDACTED = "[REDACTED]"
 _SECRET_KEY_RE = re.compile(r"password|passwd|secret|token|credential|api_key", re.IGNORECASE)
@@ -80,49 +81,102 @@ def resolve_format(log_format: str, stream: TextIO) -> str:
     return "console" if isatty is not None and isatty() else "json"
 
 
-def configure_logging(
-    log_format: str = "auto", log_level: str = "info", stream: TextIO | None = None
-) -> None:
-    """Configure structlog and the stdlib root logger to render through one pipeline."""
-    stream = sys.stderr if stream is None else stream
-    level = _LEVELS[log_level.lower()]
-    fmt = resolve_format(log_format, stream)
-    shared: list[Processor] = [
+# structlog (with the asyncio, tracebacks and stdlib modules it loads) is imported when the
+# first line is logged, not at start-up: a `scan` that logs nothing does not pay for it.
+# `configure_logging` records what to configure; the first logger used applies it.
+_pending_lock = threading.Lock()
+_pending: Callable[[ModuleType], None] | None = None
+_min_level = logging.NOTSET
+"""The configured level: below it a call is dropped without loading structlog."""
+
+
+def _structlog() -> ModuleType:
+    """structlog, configured as `configure_logging` last asked."""
+    global _pending
+    import structlog
+
+    if _pending is not None:
+        with _pending_lock:
+            if _pending is not None:
+                _pending(structlog)
+                _pending = None
+    return structlog
+
+
+def _shared_processors(structlog: ModuleType) -> list[Processor]:
+    return [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         redact_secrets,
     ]
-    renderer: Processor
-    if fmt == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
-    else:
-        renderer = structlog.processors.JSONRenderer()
 
+
+def _renderer(structlog: ModuleType, fmt: str) -> Processor:
+    if fmt == "console":
+        renderer: Processor = structlog.dev.ConsoleRenderer(colors=False)
+        return renderer
+    renderer = structlog.processors.JSONRenderer()
+    return renderer
+
+
+class _LibraryFormatter(logging.Formatter):
+    """Library records (kafka-python's, APScheduler's) through structlog's renderer; made on
+    the first record, under the handler's lock."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__()
+        self._fmt_name = fmt
+        self._formatter: logging.Formatter | None = None
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self._formatter is None:
+            structlog = _structlog()
+            self._formatter = structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=[structlog.stdlib.add_logger_name,
+                                   *_shared_processors(structlog)],
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info if self._fmt_name == "json"
+                    else _passthrough,
+                    _renderer(structlog, self._fmt_name),
+                ],
+            )
+        return self._formatter.format(record)
+
+
+def configure_logging(
+    log_format: str = "auto", log_level: str = "info", stream: TextIO | None = None
+) -> None:
+    """Configure structlog and the stdlib root logger to render through one pipeline."""
+    global _pending, _min_level
+    stream = sys.stderr if stream is None else stream
+    level = _LEVELS[log_level.lower()]
+    fmt = resolve_format(log_format, stream)
     handler = _DroppingHandler(stream)
     writer = _LineWriter(handler)
-    structlog.configure(
-        processors=[
-            *shared,
-            structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info if fmt == "json" else _passthrough,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=lambda *_args: writer,
-        cache_logger_on_first_use=False,
-    )
+
+    def configure(structlog: ModuleType) -> None:
+        structlog.configure(
+            processors=[
+                *_shared_processors(structlog),
+                structlog.processors.StackInfoRenderer(),
+                structlog.processors.format_exc_info if fmt == "json" else _passthrough,
+                _renderer(structlog, fmt),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(level),
+            logger_factory=lambda *_args: writer,
+            cache_logger_on_first_use=False,
+        )
+
+    with _pending_lock:
+        _pending = configure
+    _min_level = level
+    if "structlog" in sys.modules:  # loggers made by structlog itself must see it now
+        _structlog()
 
     # Library loggers (kafka-python is chatty at INFO: keep it at WARNING unless debugging).
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info if fmt == "json" else _passthrough,
-            renderer,
-        ],
-    )
-    handler.setFormatter(formatter)
+    handler.setFormatter(_LibraryFormatter(fmt))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -159,6 +213,30 @@ def _passthrough(
     return event_dict
 
 
+def _drop(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+class _Logger:
+    """structlog's logger, looked up (and structlog imported) when first used."""
+
+    __slots__ = ("_logger", "_name")
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if _LEVELS.get(attr, logging.CRITICAL) < _min_level:
+            return _drop  # as structlog's filtering logger would, without loading it
+        logger = self._logger
+        if logger is None:
+            structlog = _structlog()
+            logger = structlog.get_logger(self._name) if self._name else structlog.get_logger()
+            self._logger = logger
+        return getattr(logger, attr)
+
+
 def get_logger(name: str | None = None) -> Any:
     """A structlog logger; `Any` because structlog's BoundLogger protocol is loose."""
-    return structlog.get_logger(name) if name else structlog.get_logger()
+    return _Logger(name)

@@ -213,3 +213,14 @@ def test_scan_and_version_load_neither_http_server_nor_scheduler(tmp_path: Path)
     loaded = _loaded_after("scan", "--config", str(config))
     assert "exporter.scan" in loaded  # it really ran the scan
     assert not heavy & loaded, sorted(heavy & loaded)
+
+
+def test_a_quiet_scan_loads_no_yaml_no_structlog_and_none_of_kafka_pythons_clients() -> None:
+    """What `scan --bootstrap-servers` needs is the poller: no config file parser, no log
+    renderer until a line is logged, none of kafka-python's clients (see
+    exporter/collect/_kafka_package.py)."""
+    loaded = _loaded_after("scan", "--bootstrap-servers", "127.0.0.1:1", "--log.level", "error")
+    assert "exporter.collect.poll" in loaded  # it really polled
+    unneeded = {"yaml", "structlog", "exporter.webconfig", "kafka.admin", "kafka.producer",
+                "kafka.consumer.group", "kafka.net", "kafka.protocol.admin.acl"}
+    assert not unneeded & loaded, sorted(unneeded & loaded)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -114,3 +116,29 @@ def test_lines_from_structlog_and_stdlib_threads_never_merge() -> None:
     lines = stream.getvalue().splitlines()
     assert len(lines) == 200
     assert sorted(json.loads(line)["event"] for line in lines).count("ours") == 100
+
+
+def test_structlog_loads_on_the_first_line_and_renders_it_as_configured() -> None:
+    """A process that configures logging and logs nothing (a quiet `scan`) does not import
+    structlog; the first line, ours or a library's, loads it and is rendered as configured."""
+    code = (
+        "import io, json, logging, sys\n"
+        "from exporter.logs import configure_logging, get_logger\n"
+        "stream = io.StringIO()\n"
+        "configure_logging('json', 'info', stream=stream)\n"
+        "log = get_logger('t')\n"
+        "before = 'structlog' in sys.modules\n"
+        "logging.getLogger('kafka.conn').warning('broker %s down', 3)\n"
+        "log.info('connecting', sasl_password='hunter2')\n"
+        "log.debug('hidden_at_info')\n"
+        "print(json.dumps([before, 'structlog' in sys.modules, stream.getvalue()]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    before, after, output = json.loads(done.stdout)
+    assert (before, after) == (False, True)
+    library, ours = (json.loads(line) for line in output.splitlines())
+    assert library["event"] == "broker 3 down" and library["level"] == "warning"
+    assert library["logger"] == "kafka.conn"
+    assert ours["event"] == "connecting" and ours["level"] == "info"
+    assert ours["sasl_password"] == REDACTED and "timestamp" in ours

@@ -1,6 +1,10 @@
 """Collect: talk to one cluster's brokers and turn one poll into a `ClusterObservation`."""
 
-from exporter.collect.connection import (
+from exporter.collect._kafka_package import register_lazy_packages
+
+register_lazy_packages()  # before any kafka module below: see _kafka_package
+
+from exporter.collect.connection import (  # noqa: E402
     AuthenticationFailed,
     BrokerUnreachable,
     CollectError,
@@ -8,7 +12,7 @@ from exporter.collect.connection import (
     RequestTimeout,
     UnsupportedApi,
 )
-from exporter.collect.poll import ClusterPoller
+from exporter.collect.poll import ClusterPoller  # noqa: E402
 
 __all__ = [
     "AuthenticationFailed",

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as kafka_errors
-from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
@@ -186,6 +185,10 @@ class BrokerConnection:
                 f" (enabled: {list(handshake.mechanisms)})"
             )
         security_protocol = "SASL_SSL" if self._options.ssl_context else "SASL_PLAINTEXT"
+        # Here, not at the top: kafka.net is kafka-python's whole network client, which only
+        # SASL needs (its mechanisms), and `scan` of a cluster without SASL should not load.
+        from kafka.net.sasl import get_sasl_mechanism
+
         try:
             mechanism = get_sasl_mechanism(sasl.mechanism)(
                 host=self.host,

@@ -15,8 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
-
 from exporter.analyze import classify, next_untracked_polls
 from exporter.collect.broker_config import MaxTimeoutReader
 from exporter.collect.client import ClusterClient, MetadataView
@@ -26,13 +24,14 @@ from exporter.collect.lso import LastStableOffsetReader
 from exporter.collect.pollstate import ApiSupportLog, PollState, wall_clock_ms
 from exporter.collect.producers import ProducerStateReader
 from exporter.collect.start_times import StartTimeResolver
+from exporter.logs import get_logger
 from exporter.model import BrokerStatus, Classification, ClusterObservation, OpenTransaction, TxnKey
 from exporter.rules import effective_max_timeout_ms, is_late, late_buffer_ms
 from exporter.settings import ClusterSettings
 
 __all__ = ["ClusterPoller", "wall_clock_ms"]
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 class ClusterPoller:

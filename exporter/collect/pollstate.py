@@ -6,11 +6,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import structlog
-
+from exporter.logs import get_logger
 from exporter.model import ProducerEntry, RequestError, TopicPartition
 
-log = structlog.get_logger()
+log = get_logger()
 
 UNSUPPORTED_API_KIND = "UNSUPPORTED_VERSION"
 """`CollectError.kind` when the broker does not offer an API at all (it predates it)."""

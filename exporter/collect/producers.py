@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import structlog
 from kafka.protocol.admin.transactions import DescribeProducersResponse
 
 from exporter.collect.client import (
@@ -20,10 +19,11 @@ from exporter.collect.errors import NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_
 from exporter.collect.fastdecode import lean
 from exporter.collect.parse import parse_describe_producers
 from exporter.collect.pollstate import UNSUPPORTED_API_KIND, ApiSupportLog, PollState
+from exporter.logs import get_logger
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
 
-log = structlog.get_logger()
+log = get_logger()
 
 MISSING_FROM_ANSWER = "MISSING_FROM_ANSWER"
 """Unobserved detail of a partition asked for but left out of the leader's answer."""
