@@ -37,6 +37,17 @@ from kafka_sim.coordinator import (
     TRANSACTION_STATE_TOPIC,
     partition_for,
 )
+from kafka_sim.encode import (
+    DescribeProducersPartitionRow,
+    LeanResponse,
+    ListOffsetsPartitionRow,
+    MetadataBroker,
+    MetadataPartitionRow,
+    MetadataTopic,
+    encode_describe_producers,
+    encode_list_offsets,
+    encode_metadata,
+)
 from kafka_sim.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
@@ -97,22 +108,15 @@ def _leads(p: Partition, broker_id: int) -> bool:
 
 
 # -- Metadata (3) ---------------------------------------------------------------------------
-def _metadata_topic(state: ClusterState, t: Topic) -> Any:
-    Topic_ = MetadataResponse.MetadataResponseTopic
-    Part = Topic_.MetadataResponsePartition
+def _metadata_topic(state: ClusterState, t: Topic) -> MetadataTopic:
     cached = t.metadata_cache
-    if cached is not None and cached[0] == state.metadata_version:
-        rows = cached[1]
-    else:
-        rows = _metadata_partition_rows(state, t)
-        t.metadata_cache = (state.metadata_version, rows)
-    parts = [Part(error_code=r[0], partition_index=r[1], leader_id=r[2], leader_epoch=r[3],
-                  replica_nodes=r[4], isr_nodes=r[5], offline_replicas=r[6]) for r in rows]
-    return Topic_(error_code=NONE, name=t.name, topic_id=t.topic_id, is_internal=t.is_internal,
-                  partitions=parts, authorized_operations=UNAUTHORIZED_OPERATIONS)
+    if cached is None or cached[0] != state.metadata_version:
+        cached = t.metadata_cache = (
+            state.metadata_version, _metadata_partition_rows(state, t), {})
+    return MetadataTopic(NONE, t.name, t.topic_id, t.is_internal, cached[1], cached[2])
 
 
-def _metadata_partition_rows(state: ClusterState, t: Topic) -> list[Any]:
+def _metadata_partition_rows(state: ClusterState, t: Topic) -> list[MetadataPartitionRow]:
     alive = state.alive
     rows = []
     for p in t.partitions:
@@ -128,17 +132,38 @@ def _metadata_partition_rows(state: ClusterState, t: Topic) -> list[Any]:
          java_list_hash(r[6]))))
 
 
-def _metadata_error_topic(name: str | None, error: int, is_internal: bool = False) -> Any:
+def _metadata_error_topic(name: str | None, error: int, is_internal: bool = False) -> MetadataTopic:
     # Unknown / unauthorised topic: the all-zero topic id (None in kafka-python), no partitions.
-    return MetadataResponse.MetadataResponseTopic(
-        error_code=error, name=name, topic_id=None, is_internal=is_internal, partitions=[],
-        authorized_operations=UNAUTHORIZED_OPERATIONS)
+    return MetadataTopic(error, name, None, is_internal, ())
+
+
+def _metadata_message(
+    v: int, brokers: list[MetadataBroker], cluster_id: str | None, controller_id: int,
+    topics: list[MetadataTopic], error_code: int,
+) -> Any:
+    """kafka-python's message for the same answer (what the lean encoder is checked against)."""
+    Topic_ = MetadataResponse.MetadataResponseTopic
+    Part = Topic_.MetadataResponsePartition
+    return MetadataResponse(
+        version=v, throttle_time_ms=0,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=b[0], host=b[1], port=b[2],
+                                                         rack=b[3]) for b in brokers],
+        cluster_id=cluster_id, controller_id=controller_id,
+        topics=[Topic_(
+            error_code=t.error_code, name=t.name, topic_id=t.topic_id,
+            is_internal=t.is_internal, authorized_operations=UNAUTHORIZED_OPERATIONS,
+            partitions=[Part(error_code=r[0], partition_index=r[1], leader_id=r[2],
+                             leader_epoch=r[3], replica_nodes=r[4], isr_nodes=r[5],
+                             offline_replicas=r[6]) for r in t.partitions],
+        ) for t in topics],
+        authorized_operations=UNAUTHORIZED_OPERATIONS, error_code=error_code,
+    )
 
 
 def handle_metadata(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     principal = ctx.principal
-    topics_out = []
+    topics_out: list[MetadataTopic] = []
     requested = req.topics
     if requested is None or (v == 0 and not requested):
         for each in state.topics.values():
@@ -184,17 +209,17 @@ def handle_metadata(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
             else:
                 missing.append(_metadata_error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
         topics_out = existing + missing + by_id_errors + unauthorized
-    brokers = [
-        MetadataResponse.MetadataResponseBroker(
-            node_id=b, host=state.endpoints[b][0], port=state.endpoints[b][1], rack=None)
-        for b in state.alive_brokers()
+    brokers: list[MetadataBroker] = [
+        (b, state.endpoints[b][0], state.endpoints[b][1], None) for b in state.alive_brokers()
     ]
     top_error = state.injected_error(3, ctx.broker_id)
-    return MetadataResponse(
-        version=v, throttle_time_ms=0, brokers=brokers, cluster_id=state.cluster_id,
-        controller_id=state.controller_id(), topics=topics_out,
-        authorized_operations=UNAUTHORIZED_OPERATIONS,
-        error_code=top_error if top_error is not None else NONE,
+    error_code = top_error if top_error is not None else NONE
+    cluster_id, controller_id = state.cluster_id, state.controller_id()
+    return LeanResponse(
+        MetadataResponse,
+        lambda version: encode_metadata(version, brokers, cluster_id, controller_id,
+                                        topics_out, error_code),
+        lambda: _metadata_message(v, brokers, cluster_id, controller_id, topics_out, error_code),
     )
 
 
@@ -644,21 +669,21 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _in_hash_order(topic: str, partitions: list[Any]) -> list[Any]:
-    def hash_of(row: Any) -> int:
-        return topic_partition_hash((topic, int(row.partition_index)))
+def _in_hash_order(
+    topic: str, partitions: list[ListOffsetsPartitionRow]
+) -> list[ListOffsetsPartitionRow]:
+    def hash_of(row: ListOffsetsPartitionRow) -> int:
+        return topic_partition_hash((topic, row[0]))
 
     return scala_mutable_hash_order(partitions, hash_of)
 
 
 def handle_list_offsets(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
-    TopicR = ListOffsetsResponse.ListOffsetsTopicResponse
-    PartR = TopicR.ListOffsetsPartitionResponse
     read_committed = v >= 2 and req.isolation_level == 1
-    topics = []
+    topics: list[tuple[str, list[ListOffsetsPartitionRow]]] = []
     for lt in req.topics:
-        parts = []
+        parts: list[ListOffsetsPartitionRow] = []
         for lp in lt.partitions:
             p = state.partition(lt.name, lp.partition_index)
             err = state.injected_error(2, ctx.broker_id, topic=lt.name,
@@ -674,8 +699,7 @@ def handle_list_offsets(state: ClusterState, ctx: RequestContext, req: Any) -> A
                     err = (FENCED_LEADER_EPOCH if lp.current_leader_epoch < p.leader_epoch
                            else UNKNOWN_LEADER_EPOCH)
             if (err is not None and err != NONE) or p is None:
-                parts.append(PartR(partition_index=lp.partition_index, error_code=err,
-                                   timestamp=-1, offset=-1, leader_epoch=-1))
+                parts.append((lp.partition_index, err if err is not None else NONE, -1, -1, -1))
                 continue
             log = p.log
             hw = log.high_watermark if log is not None else 0
@@ -704,53 +728,87 @@ def handle_list_offsets(state: ClusterState, ctx: RequestContext, req: Any) -> A
                     offset, ts = found
                 else:
                     epoch = -1
-            parts.append(PartR(partition_index=lp.partition_index, error_code=NONE, timestamp=ts,
-                               offset=offset, leader_epoch=epoch))
+            parts.append((lp.partition_index, NONE, ts, offset, epoch))
         # Topics come in request order, a topic's partitions in TopicPartition hash order
         # (groups 05/06: grp-test 1, 0, 2; 53: txn-open 0, 1, 2).
-        topics.append(TopicR(name=lt.name, partitions=_in_hash_order(lt.name, parts)))
-    return ListOffsetsResponse(version=v, throttle_time_ms=0, topics=topics)
+        topics.append((lt.name, _in_hash_order(lt.name, parts)))
+    return LeanResponse(
+        ListOffsetsResponse,
+        lambda version: encode_list_offsets(version, topics),
+        lambda: _list_offsets_message(v, topics),
+    )
+
+
+def _list_offsets_message(
+    v: int, topics: list[tuple[str, list[ListOffsetsPartitionRow]]]
+) -> Any:
+    TopicR = ListOffsetsResponse.ListOffsetsTopicResponse
+    PartR = TopicR.ListOffsetsPartitionResponse
+    return ListOffsetsResponse(version=v, throttle_time_ms=0, topics=[
+        TopicR(name=name, partitions=[
+            PartR(partition_index=r[0], error_code=r[1], timestamp=r[2], offset=r[3],
+                  leader_epoch=r[4]) for r in parts])
+        for name, parts in topics])
 
 
 # -- DescribeProducers (61) -----------------------------------------------------------------
 def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
+    broker_id = ctx.broker_id
+    # Per-partition checks that cannot differ between partitions are made once per topic.
+    rules = any(rule.api_key == 61 for rule in state.errors)
+    topics: list[tuple[str, list[DescribeProducersPartitionRow]]] = []
+    for rt in req.topics:
+        name = rt.name
+        t = state.topics.get(name)
+        allowed = state.authorized(ctx.principal, "READ", name)
+        partitions = t.partitions if t is not None else []
+        parts: list[DescribeProducersPartitionRow] = []
+        append = parts.append
+        for idx in rt.partition_indexes:
+            injected = (state.injected_error(61, broker_id, topic=name, partition=idx)
+                        if rules else None)
+            p = partitions[idx] if 0 <= idx < len(partitions) else None
+            if not allowed:
+                append((idx, TOPIC_AUTHORIZATION_FAILED, None, ()))  # needs READ; no message
+            elif injected is not None:
+                append((idx, injected, ERROR_MESSAGES.get(injected), ()))
+            elif t is None:
+                append((idx, UNKNOWN_TOPIC_OR_PARTITION,
+                        ERROR_MESSAGES[UNKNOWN_TOPIC_OR_PARTITION], ()))
+            elif p is None:
+                append((idx, UNKNOWN_TOPIC_OR_PARTITION, None, ()))  # no such partition (37)
+            elif broker_id not in p.replicas:
+                append((idx, NOT_LEADER_OR_FOLLOWER, ERROR_MESSAGES[NOT_LEADER_OR_FOLLOWER], ()))
+            elif p.log is None:
+                append((idx, NONE, None, ()))
+            else:
+                append((idx, NONE, None, [(
+                    e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
+                    e.coordinator_epoch, e.current_txn_first_offset,
+                ) for e in p.log.active_producers()]))
+        topics.append((name, parts))
+    return LeanResponse(
+        DescribeProducersResponse,
+        lambda version: encode_describe_producers(version, topics),
+        lambda: _describe_producers_message(v, topics),
+    )
+
+
+def _describe_producers_message(
+    v: int, topics: list[tuple[str, list[DescribeProducersPartitionRow]]]
+) -> Any:
     TopicR = DescribeProducersResponse.TopicResponse
     PartR = TopicR.PartitionResponse
     Prod = PartR.ProducerState
-    topics = []
-    for rt in req.topics:
-        t = state.topics.get(rt.name)
-        parts = []
-        for idx in rt.partition_indexes:
-            err: int | None = None
-            msg: str | None = None
-            producers: list[Any] = []
-            injected = state.injected_error(61, ctx.broker_id, topic=rt.name, partition=idx)
-            p = t.partitions[idx] if t is not None and 0 <= idx < len(t.partitions) else None
-            if not state.authorized(ctx.principal, "READ", rt.name):
-                err = TOPIC_AUTHORIZATION_FAILED  # needs READ, not DESCRIBE; no message
-            elif injected is not None:
-                err, msg = injected, ERROR_MESSAGES.get(injected)
-            elif t is None:
-                err, msg = UNKNOWN_TOPIC_OR_PARTITION, ERROR_MESSAGES[UNKNOWN_TOPIC_OR_PARTITION]
-            elif p is None:
-                err = UNKNOWN_TOPIC_OR_PARTITION  # known topic, no such partition: null (37)
-            elif ctx.broker_id not in p.replicas:
-                err, msg = NOT_LEADER_OR_FOLLOWER, ERROR_MESSAGES[NOT_LEADER_OR_FOLLOWER]
-            else:
-                err = NONE
-                if p.log is not None:
-                    producers = [Prod(
-                        producer_id=e.producer_id, producer_epoch=e.producer_epoch,
-                        last_sequence=e.last_sequence, last_timestamp=e.last_timestamp,
-                        coordinator_epoch=e.coordinator_epoch,
-                        current_txn_start_offset=e.current_txn_first_offset,
-                    ) for e in p.log.active_producers()]
-            parts.append(PartR(partition_index=idx, error_code=err, error_message=msg,
-                               active_producers=producers))
-        topics.append(TopicR(name=rt.name, partitions=parts))
-    return DescribeProducersResponse(version=v, throttle_time_ms=0, topics=topics)
+    return DescribeProducersResponse(version=v, throttle_time_ms=0, topics=[
+        TopicR(name=name, partitions=[
+            PartR(partition_index=idx, error_code=err, error_message=msg, active_producers=[
+                Prod(producer_id=e[0], producer_epoch=e[1], last_sequence=e[2],
+                     last_timestamp=e[3], coordinator_epoch=e[4], current_txn_start_offset=e[5])
+                for e in producers])
+            for idx, err, msg, producers in parts])
+        for name, parts in topics])
 
 
 # -- ListTransactions (66) ------------------------------------------------------------------

@@ -93,8 +93,9 @@ class Topic:
         self.is_internal = is_internal
         self.configs = dict(configs)
         self.partitions: list[Partition] = []
-        # (ClusterState.metadata_version, partition rows in Metadata order): rebuilt on change
-        self.metadata_cache: tuple[int, list[Any]] | None = None
+        # (ClusterState.metadata_version, partition rows in Metadata order, their encoded
+        # partitions array by layout): rebuilt on change
+        self.metadata_cache: tuple[int, list[Any], dict[int, bytes]] | None = None
 
 
 @dataclass(slots=True)

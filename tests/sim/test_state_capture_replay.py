@@ -103,7 +103,7 @@ class Replay:
         req_cls = REQUEST_CLASSES[key]
         request = req_cls.decode(bytes.fromhex(cap["request_hex"]), version=version, header=True)
         response = self.call(key, version, request)
-        resp_cls = type(response)
+        resp_cls = type(getattr(response, "message", response))  # LeanResponse: its message
         ours = resp_cls.decode(response.encode(version=version), version=version)
         theirs = resp_cls.decode(bytes.fromhex(cap["response_hex"]), version=version,
                                  header=True)

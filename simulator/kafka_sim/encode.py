@@ -1,0 +1,277 @@
+"""Lean encoders for the answers that grow with the partition count: Metadata, ListOffsets,
+DescribeProducers.
+
+kafka-python's generic encoder builds a DataContainer per partition and walks the schema field
+by field; at a million partitions that alone kept the simulator's one thread busy longer than a
+client's request timeout. These functions write the same bytes straight from plain rows, and
+`tests/sim/test_sim_encode.py` checks them byte for byte against kafka-python's encoder.
+
+The handlers return a `LeanResponse`: the wire gets the lean bytes, while a Python caller (a test
+reading `.topics`) gets the kafka-python message, built from the same rows on first use.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+_OPERATIONS_NOT_REQUESTED = struct.pack(">i", -2147483648)
+"""Authorized operations (topic and cluster) as the simulator answers them: not filled in."""
+
+_ZERO_UUID = bytes(16)
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_TAGS = b"\x00"  # an empty tagged-field section
+
+
+class LeanResponse:
+    """A response encoded by a lean encoder; attributes come from the kafka-python message."""
+
+    __slots__ = ("_build", "_encode", "_message", "_message_class")
+
+    def __init__(
+        self, message_class: Any, encode: Callable[[int], bytes | None],
+        build: Callable[[], Any],
+    ) -> None:
+        self._message_class = message_class
+        self._encode = encode
+        self._build = build
+        self._message: Any = None
+
+    @property
+    def message(self) -> Any:
+        """The same answer as kafka-python's message object (built once, on first use)."""
+        if self._message is None:
+            self._message = self._build()
+        return self._message
+
+    def encode(self, version: int) -> bytes:
+        body = self._encode(version)
+        if body is None:  # a version the lean encoder does not write
+            return bytes(self.message.encode(version=version))
+        return body
+
+    def flexible_version_q(self, version: int) -> bool:
+        return bool(self._message_class.flexible_version_q(version))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.message, name)
+
+
+# -- primitives ---------------------------------------------------------------------------------
+
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def array_length(n: int, flexible: bool) -> bytes:
+    return uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def string(value: str | None, flexible: bool) -> bytes:
+    """A (nullable) string; None writes the null length."""
+    if value is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    raw = value.encode("utf-8")
+    return (uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def int32_array(values: Sequence[int], flexible: bool) -> bytes:
+    return array_length(len(values), flexible) + struct.pack(f">{len(values)}i", *values)
+
+
+def _uuid(value: uuid.UUID | None) -> bytes:
+    return _ZERO_UUID if value is None else value.bytes
+
+
+# -- Metadata (3) -------------------------------------------------------------------------------
+
+MetadataPartitionRow = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""(error, partition index, leader, leader epoch, replicas, isr, offline replicas)."""
+
+
+def metadata_partitions_layout(version: int) -> int:
+    """Which of the four partition layouts `version` uses (the key of an encoded-bytes cache)."""
+    if version >= 9:
+        return 3  # + compact arrays and tagged fields
+    if version >= 7:
+        return 2  # + leader epoch
+    if version >= 5:
+        return 1  # + offline replicas
+    return 0
+
+
+def encode_metadata_partitions(rows: Sequence[MetadataPartitionRow], version: int) -> bytes:
+    """One topic's partitions array (its length included)."""
+    layout = metadata_partitions_layout(version)
+    flexible = layout == 3
+    arrays: dict[tuple[int, ...], bytes] = {}
+
+    def array(values: tuple[int, ...]) -> bytes:
+        encoded = arrays.get(values)
+        if encoded is None:
+            encoded = arrays[values] = int32_array(values, flexible)
+        return encoded
+
+    head = struct.Struct(">hiii" if layout >= 2 else ">hii").pack
+    parts = [array_length(len(rows), flexible)]
+    append = parts.append
+    for error, index, leader, epoch, replicas, isr, offline in rows:
+        if layout >= 2:
+            append(head(error, index, leader, epoch))
+        else:
+            append(head(error, index, leader))
+        append(array(replicas))
+        append(array(isr))
+        if layout >= 1:
+            append(array(offline))
+        if flexible:
+            append(_TAGS)
+    return b"".join(parts)
+
+
+MetadataBroker = tuple[int, str, int, str | None]
+"""(node id, host, port, rack)."""
+
+
+class MetadataTopic(NamedTuple):
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID | None
+    is_internal: bool
+    partitions: Sequence[MetadataPartitionRow]
+    encoded_partitions: dict[int, bytes] | None = None
+    """Cache of the encoded partitions array by layout, owned by the topic while its rows hold."""
+
+
+def _metadata_topic(topic: MetadataTopic, version: int) -> bytes:
+    flexible = version >= 9
+    cache = topic.encoded_partitions
+    layout = metadata_partitions_layout(version)
+    partitions = cache.get(layout) if cache is not None else None
+    if partitions is None:
+        partitions = encode_metadata_partitions(topic.partitions, version)
+        if cache is not None:
+            cache[layout] = partitions
+    out = [_I16.pack(topic.error_code), string(topic.name, flexible)]
+    if version >= 10:
+        out.append(_uuid(topic.topic_id))
+    if version >= 1:
+        out.append(b"\x01" if topic.is_internal else b"\x00")
+    out.append(partitions)
+    if version >= 8:
+        out.append(_OPERATIONS_NOT_REQUESTED)
+    if flexible:
+        out.append(_TAGS)
+    return b"".join(out)
+
+
+def encode_metadata(
+    version: int, brokers: Sequence[MetadataBroker], cluster_id: str | None,
+    controller_id: int, topics: Sequence[MetadataTopic], error_code: int,
+    throttle_time_ms: int = 0,
+) -> bytes:
+    flexible = version >= 9
+    out = []
+    if version >= 3:
+        out.append(_I32.pack(throttle_time_ms))
+    out.append(array_length(len(brokers), flexible))
+    for node_id, host, port, rack in brokers:
+        out.append(_I32.pack(node_id) + string(host, flexible) + _I32.pack(port))
+        if version >= 1:
+            out.append(string(rack, flexible))
+        if flexible:
+            out.append(_TAGS)
+    if version >= 2:
+        out.append(string(cluster_id, flexible))
+    if version >= 1:
+        out.append(_I32.pack(controller_id))
+    out.append(array_length(len(topics), flexible))
+    out.extend(_metadata_topic(t, version) for t in topics)
+    if 8 <= version <= 10:
+        out.append(_OPERATIONS_NOT_REQUESTED)
+    if version >= 13:
+        out.append(_I16.pack(error_code))
+    if flexible:
+        out.append(_TAGS)
+    return b"".join(out)
+
+
+# -- ListOffsets (2) ----------------------------------------------------------------------------
+
+ListOffsetsPartitionRow = tuple[int, int, int, int, int]
+"""(partition index, error, timestamp, offset, leader epoch)."""
+
+
+def encode_list_offsets(
+    version: int, topics: Sequence[tuple[str, Sequence[ListOffsetsPartitionRow]]],
+    throttle_time_ms: int = 0,
+) -> bytes | None:
+    """v1+; None for v0 (its old-style offsets array is left to kafka-python)."""
+    if version < 1:
+        return None
+    flexible = version >= 6
+    row = struct.Struct(">ihqqi" if version >= 4 else ">ihqq").pack
+    out = [_I32.pack(throttle_time_ms)] if version >= 2 else []
+    out.append(array_length(len(topics), flexible))
+    for name, partitions in topics:
+        out.append(string(name, flexible))
+        out.append(array_length(len(partitions), flexible))
+        for index, error, timestamp, offset, epoch in partitions:
+            out.append(row(index, error, timestamp, offset, epoch) if version >= 4
+                       else row(index, error, timestamp, offset))
+            if flexible:
+                out.append(_TAGS)
+        if flexible:
+            out.append(_TAGS)
+    if flexible:
+        out.append(_TAGS)
+    return b"".join(out)
+
+
+# -- DescribeProducers (61) ---------------------------------------------------------------------
+
+ProducerRow = tuple[int, int, int, int, int, int]
+"""(producer id, epoch, last sequence, last timestamp, coordinator epoch, txn start offset)."""
+DescribeProducersPartitionRow = tuple[int, int, str | None, Sequence[ProducerRow]]
+"""(partition index, error, error message, active producers)."""
+
+_PRODUCER = struct.Struct(">qiiqiqB").pack  # ... and the empty tagged-field section
+_PARTITION_HEAD = struct.Struct(">ih").pack
+_EMPTY_PARTITION = struct.Struct(">ihBBB").pack  # null message, no producers, no tags
+
+
+def encode_describe_producers(
+    version: int,
+    topics: Sequence[tuple[str, Sequence[DescribeProducersPartitionRow]]],
+    throttle_time_ms: int = 0,
+) -> bytes | None:
+    """v0 (flexible); None for any later version."""
+    if version != 0:
+        return None
+    out = [_I32.pack(throttle_time_ms), uvarint(len(topics) + 1)]
+    append = out.append
+    for name, partitions in topics:
+        append(string(name, True))
+        append(uvarint(len(partitions) + 1))
+        for index, error, message, producers in partitions:
+            if message is None and not producers:
+                append(_EMPTY_PARTITION(index, error, 0, 1, 0))
+                continue
+            append(_PARTITION_HEAD(index, error))
+            append(string(message, True))
+            append(uvarint(len(producers) + 1))
+            for producer in producers:
+                append(_PRODUCER(*producer, 0))
+            append(_TAGS)
+        append(_TAGS)
+    append(_TAGS)
+    return b"".join(out)
