@@ -40,11 +40,15 @@ from exporter.rules import (
 )
 from exporter.settings import ClusterSettings
 
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+
 __all__ = [
     "DEFAULT_TRANSACTION_MAX_TIMEOUT_MS",
+    "TRANSACTION_VERSION_FEATURE",
     "analyze",
     "classify",
     "effective_max_timeout_ms",
+    "finalized_transaction_version",
     "is_late",
     "late_transactions",
     "max_timeout_by_broker",
@@ -216,6 +220,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                 age_seconds=age_ms / 1000.0,
                 classification=classification,
                 transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
+                topic_compacted=obs.compacted_topics.get(txn.topic),
             )
         )
         late_partitions.add(tp)
@@ -260,6 +265,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                 orphaned_count, b.broker_id, known, orphan_undecided_brokers
             ),
             observable=b.observable,
+            partition_verification=b.partition_verification if b.up else None,
         )
         for b in sorted(obs.brokers, key=lambda b: b.broker_id)
         for known in (b.up and b.observable and b.broker_id not in partial_brokers,)
@@ -294,7 +300,26 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         unobserved_by_reason=dict(sorted(by_reason.items())),
         open_transactions_by_start_time_source=dict(sorted(by_source.items())),
         orphaned_transactions=tuple(orphaned),
+        finalized_transaction_version=finalized_transaction_version(obs),
+        compacted_topics={
+            topic: obs.compacted_topics[topic]
+            for topic in sorted(
+                {lt.transaction.topic for lt in late}
+                | {o.transaction.topic for o in orphaned}
+            )
+            if topic in obs.compacted_topics
+        },
     )
+
+
+def finalized_transaction_version(obs: ClusterObservation) -> int | None:
+    """The cluster's finalized `transaction.version`: 0 when the brokers report finalized
+    features without it (KIP-1022 never lists a level-0 feature; the cluster runs the
+    pre-KIP-890-part-2 protocol), None when no broker reported finalized features at all
+    (docs/kafka-semantics.md#exposure)."""
+    if obs.finalized_features is None:
+        return None
+    return obs.finalized_features.level(TRANSACTION_VERSION_FEATURE)
 
 
 def _known_count(

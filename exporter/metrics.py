@@ -106,6 +106,25 @@ METRICS: tuple[MetricSpec, ...] = (
         _BROKER,
     ),
     MetricSpec(
+        "kafka_transaction_partition_verification_enabled", "gauge",
+        "1 when the broker's transaction.partition.verification.enable is true, 0 when false "
+        "(KIP-890 part 1: with it off, a transactional Produce the coordinator never saw "
+        "can hang); absent when unknown or the broker predates it.",
+        _BROKER,
+    ),
+    MetricSpec(
+        "kafka_finalized_transaction_version", "gauge",
+        "The cluster's finalized transaction.version feature level (ApiVersions; 0 when not "
+        "finalized); below 2 (KIP-890 part 2) producers still add partitions themselves.",
+        ("cluster",),
+    ),
+    MetricSpec(
+        "kafka_topic_compacted", "gauge",
+        "1 when the topic's cleanup.policy includes compact, else 0; only for topics with a "
+        "late transaction (the cleaner stops at its last stable offset).",
+        ("cluster", "topic"),
+    ),
+    MetricSpec(
         "kafka_partition_last_stable_offset_lag", "gauge",
         "High watermark minus last stable offset (like the broker's LastStableOffsetLag).",
         _PARTITION,

@@ -124,6 +124,30 @@ class UnobservedReason(StrEnum):
     """Any other per-partition or request error."""
 
 
+class PartitionVerification(StrEnum):
+    """A broker's `transaction.partition.verification.enable` as DescribeConfigs answered it
+    (docs/kafka-semantics.md#exposure); unknown (no answer) is None, not a member."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    NOT_OFFERED = "not_offered"
+    """The broker answered without the key: it predates KIP-890 part 1 (Kafka 3.6) and
+    verifies nothing, but the flag itself has no value to report."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizedFeatures:
+    """The finalized feature levels one ApiVersions (v3+) answer carried, with their epoch."""
+
+    epoch: int
+    levels: Mapping[str, int]
+    """feature name -> finalized max version level."""
+
+    def level(self, feature: str) -> int:
+        """A feature not finalized is at level 0 (KIP-584, KIP-1022: level 0 is never listed)."""
+        return self.levels.get(feature, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerStatus:
     """How the poll went for one broker. `up` False means its data is missing, never zero."""
@@ -135,6 +159,8 @@ class BrokerStatus:
     observable: bool = True
     """False when the broker is up but cannot report producer state (no DescribeProducers,
     Kafka < 2.8): its partitions are unobserved and its per-broker counts unknown."""
+    partition_verification: PartitionVerification | None = None
+    """None when not read (broker down, DescribeConfigs failed or refused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +205,12 @@ class ClusterObservation:
     untracked_unknown: frozenset[TxnKey] = frozenset()
     """Open transactions found not tracked on the previous poll whose coordinator could not
     answer in this one (loading, moved, unreachable): whether they are orphaned is unknown."""
+    finalized_features: FinalizedFeatures | None = None
+    """The answer with the highest epoch among the brokers' ApiVersions; None when no broker
+    reported finalized features (ApiVersions below v3, or epoch -1)."""
+    compacted_topics: Mapping[str, bool] = field(default_factory=dict)
+    """topic -> cleanup.policy contains compact, read only for topics with a late transaction;
+    a topic whose config could not be read is left out (unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +219,8 @@ class LateTransaction:
     age_seconds: float
     classification: Classification
     transactional_id: str  # "" when no id maps to the producer
+    topic_compacted: bool | None = None
+    """The topic's cleanup.policy contains compact; None when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +260,8 @@ class BrokerSummary:
     observable: bool = True
     """False (with `up` True) when the broker cannot report producer state (no
     DescribeProducers): its partitions are unobserved, so its counts are None."""
+    partition_verification: PartitionVerification | None = None
+    """None when unknown, including every broker that is down in this poll."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,3 +290,8 @@ class ClusterSnapshot:
     """Open transactions per `StartTimeSource` value (only sources with a count)."""
     orphaned_transactions: tuple[OrphanedTransaction, ...] = ()
     """Every orphaned transaction, late or not (late ones are in `late_transactions` too)."""
+    finalized_transaction_version: int | None = None
+    """The cluster's finalized `transaction.version` level (0 when not finalized); None when
+    no broker reported finalized features."""
+    compacted_topics: Mapping[str, bool] = field(default_factory=dict)
+    """Topics of the late transactions whose cleanup.policy is known: True when compacted."""

@@ -12,6 +12,7 @@ from exporter.model import (
     LateTransaction,
     OpenTransaction,
     OrphanedTransaction,
+    PartitionVerification,
     RequestError,
     StartTimeSource,
     TopicPartition,
@@ -50,12 +51,14 @@ def late(
     txn: OpenTransaction,
     classification: Classification = Classification.HANGING,
     transactional_id: str = "",
+    topic_compacted: bool | None = None,
 ) -> LateTransaction:
     return LateTransaction(
         transaction=txn,
         age_seconds=(NOW_MS - txn.start_time_ms) / 1000.0,
         classification=classification,
         transactional_id=transactional_id,
+        topic_compacted=topic_compacted,
     )
 
 
@@ -81,6 +84,7 @@ def broker(
     orphaned_: int | None = 0,
     max_timeout_ms: int | None = 60_000,
     observable: bool = True,
+    partition_verification: PartitionVerification | None = None,
 ) -> BrokerSummary:
     return BrokerSummary(
         broker_id=broker_id,
@@ -91,6 +95,7 @@ def broker(
         transaction_max_timeout_ms=max_timeout_ms,
         partitions_with_orphaned_transactions=orphaned_,
         observable=observable,
+        partition_verification=partition_verification,
     )
 
 
@@ -109,6 +114,8 @@ def snapshot(
     request_errors: Sequence[RequestError] = (),
     poll_duration_seconds: float = 0.2,
     by_start_time_source: Mapping[str, int] | None = None,
+    finalized_transaction_version: int | None = None,
+    compacted_topics: Mapping[str, bool] | None = None,
 ) -> ClusterSnapshot:
     durations = dict(durations or {})
     return ClusterSnapshot(
@@ -127,6 +134,8 @@ def snapshot(
         unobserved_by_reason=dict(unobserved_by_reason or {}),
         open_transactions_by_start_time_source=dict(by_start_time_source or {}),
         orphaned_transactions=tuple(orphaned_transactions),
+        finalized_transaction_version=finalized_transaction_version,
+        compacted_topics=dict(compacted_topics or {}),
     )
 
 

@@ -23,7 +23,9 @@ from exporter.model import (
     BrokerStatus,
     Classification,
     ClusterObservation,
+    FinalizedFeatures,
     OpenTransaction,
+    PartitionVerification,
     StartTimeSource,
     TopicPartition,
     TransactionDescription,
@@ -376,3 +378,48 @@ def test_orphaned_count_unknown_while_a_suspect_goes_unanswered_or_partitions_un
     )
     assert snap.brokers[0].partitions_with_orphaned_transactions is None
     assert len(snap.orphaned_transactions) == 1  # the one seen is still listed
+
+
+# -- exposure (docs/kafka-semantics.md#exposure) ---------------------------------------------
+
+
+def test_finalized_transaction_version_unknown_without_features() -> None:
+    assert analyze(observation(), SETTINGS).finalized_transaction_version is None
+
+
+def test_finalized_transaction_version_not_finalized_is_0() -> None:
+    features = FinalizedFeatures(epoch=3, levels={"metadata.version": 20})
+    snap = analyze(observation(finalized_features=features), SETTINGS)
+    assert snap.finalized_transaction_version == 0
+
+
+def test_finalized_transaction_version_is_the_level() -> None:
+    features = FinalizedFeatures(epoch=10, levels={"transaction.version": 2})
+    snap = analyze(observation(finalized_features=features), SETTINGS)
+    assert snap.finalized_transaction_version == 2
+
+
+def test_verification_flag_is_unknown_for_a_down_broker() -> None:
+    brokers = (
+        BrokerStatus(1, True, None, 900_000, partition_verification=PartitionVerification.DISABLED),
+        BrokerStatus(2, False, "timeout", 900_000,
+                     partition_verification=PartitionVerification.ENABLED),
+        BrokerStatus(3, True, None, 900_000),
+    )
+    snap = analyze(observation(brokers=brokers), SETTINGS)
+    assert [b.partition_verification for b in snap.brokers] == [
+        PartitionVerification.DISABLED, None, None]
+
+
+def test_compacted_flag_only_for_topics_of_late_transactions() -> None:
+    late_one = txn("compacted-topic", age_ms=30 * MINUTE_MS)
+    fresh = txn("fresh-topic", producer_id=8, age_ms=MINUTE_MS)
+    unknown = txn("unread-topic", producer_id=9, age_ms=30 * MINUTE_MS)
+    obs = observation(
+        late_one, fresh, unknown,
+        compacted_topics={"compacted-topic": True, "fresh-topic": False},
+    )
+    snap = analyze(obs, SETTINGS)
+    flags = {lt.transaction.topic: lt.topic_compacted for lt in snap.late_transactions}
+    assert flags == {"compacted-topic": True, "unread-topic": None}
+    assert snap.compacted_topics == {"compacted-topic": True}

@@ -159,6 +159,15 @@ def test_serve_reports_the_hanging_transaction_and_stops_on_sigterm(sim: SimClus
                            for (n, labels) in s
                            if n == "kafka_partition_max_active_transaction_duration_seconds"}
         assert {"payments-1", "orders-2"} <= open_partitions
+        # Exposure: verification off on every broker, transaction.version 2 (as a 4.0 broker
+        # answers), and the late transaction's topic read once: not compacted.
+        assert {dict(labels)["broker"]: v for (n, labels), v in s.items()
+                if n == "kafka_transaction_partition_verification_enabled"} == {
+            "1": 0.0, "2": 0.0, "3": 0.0}
+        assert s[("kafka_finalized_transaction_version",
+                  frozenset({("cluster", "sim"), ("env", "e2e")}))] == 2
+        assert {dict(labels)["topic"]: v for (n, labels), v in s.items()
+                if n == "kafka_topic_compacted"} == {HANG_TOPIC: 0.0}
     finally:
         began = time.monotonic()
         code = stop(proc, signal.SIGTERM, 10)
@@ -210,6 +219,11 @@ def test_demo_starts_serves_and_stops() -> None:
         assert 'kafka_txn_exporter_up{cluster="demo",env="demo"} 1.0' in text
         assert 'kafka_transaction_max_timeout_seconds{broker="1",cluster="demo",env="demo"} 60.0' \
             in text
+        # The demo's brokers run with verification off (so its transaction can hang).
+        for broker in ("1", "2", "3"):
+            assert ('kafka_transaction_partition_verification_enabled{broker="' + broker
+                    + '",cluster="demo",env="demo"} 0.0') in text
+        assert 'kafka_finalized_transaction_version{cluster="demo",env="demo"} 2.0' in text
     finally:
         code = stop(proc, signal.SIGINT, 15)
     assert code == 0

@@ -22,7 +22,7 @@ from exporter.expose.collector import NOT_FROM_SNAPSHOTS, SnapshotCollector
 from exporter.expose.registry import ExporterRegistry, build_registry
 from exporter.expose.render_cache import SnapshotRenderCache, render_registry
 from exporter.metrics import METRICS, METRICS_BY_NAME
-from exporter.model import Classification, RequestError, TopicPartition
+from exporter.model import Classification, PartitionVerification, RequestError, TopicPartition
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
 
@@ -45,12 +45,15 @@ def golden_store() -> SnapshotStore:
     early = open_txn("orders", 5, leader_id=1, producer_id=9, start_offset=3, age_ms=95_000)
     store.publish(snapshot(
         "prod",
-        brokers=[broker(1, open_=2, late_=1, hanging=1, orphaned_=2),
-                 broker(2, open_=1, late_=1, max_timeout_ms=900_000, orphaned_=None),
+        brokers=[broker(1, open_=2, late_=1, hanging=1, orphaned_=2,
+                        partition_verification=PartitionVerification.DISABLED),
+                 broker(2, open_=1, late_=1, max_timeout_ms=900_000, orphaned_=None,
+                        partition_verification=PartitionVerification.ENABLED),
                  broker(3, up=False, max_timeout_ms=None)],
         durations={TopicPartition("orders", 3): 400.0, TopicPartition("payments", 0): 250.5},
-        late_transactions=[late(hanging, Classification.HANGING, ""),
-                           late(tracked, Classification.COORDINATOR_TRACKED, 'pay"ments\\1')],
+        late_transactions=[late(hanging, Classification.HANGING, "", topic_compacted=True),
+                           late(tracked, Classification.COORDINATOR_TRACKED, 'pay"ments\\1',
+                                topic_compacted=False)],
         orphaned_transactions=[orphaned(hanging, late=True), orphaned(early, "etl-7")],
         transaction_states={"Ongoing": 1, "Empty": 2},
         lso_lag={TopicPartition("orders", 3): 12},
@@ -59,6 +62,8 @@ def golden_store() -> SnapshotStore:
         request_errors=[RequestError(broker_id=3, api="DescribeProducers", error="timeout")],
         poll_duration_seconds=0.3,
         by_start_time_source={"batch_timestamp": 2, "first_seen": 1},
+        finalized_transaction_version=2,
+        compacted_topics={"orders": True, "payments": False},
     ), now_seconds=1_795_217_202.5)
     store.record_failure("staging", "cluster not reachable", 12.0)
     return store

@@ -39,7 +39,7 @@ from exporter.expose.status import (
     abort_command_line,
     render_status_page,
 )
-from exporter.model import Classification, RequestError, TopicPartition
+from exporter.model import Classification, PartitionVerification, RequestError, TopicPartition
 from exporter.settings import ClusterSettings
 
 XSS_ID = "<script>alert(1)</script>"
@@ -316,6 +316,36 @@ def test_no_late_transactions_and_no_clusters() -> None:
     assert "No late transactions." in page
     assert "class=\"cmd\"" not in page
     assert "No cluster configured." in render_status_page({}).decode()
+
+
+def test_exposure_section_shows_each_flag_and_unknown_as_unknown() -> None:
+    exposed = snapshot(
+        "old",
+        brokers=[broker(1, partition_verification=PartitionVerification.DISABLED),
+                 broker(2, partition_verification=PartitionVerification.ENABLED),
+                 broker(3, partition_verification=PartitionVerification.NOT_OFFERED),
+                 broker(4, up=False)],
+        late_transactions=[late(open_txn("changelog", 0), topic_compacted=True),
+                           late(open_txn("events", 1, producer_id=5)),
+                           late(open_txn("orders", 2, producer_id=6))],
+        compacted_topics={"changelog": True, "orders": False},
+        finalized_transaction_version=0,
+    )
+    unknown = snapshot("new", brokers=[broker(1)])
+    dom = Dom(render_status_page({"old": exposed, "new": unknown}).decode())
+    assert [a["data-transaction-version"] for a in dom.tags("p")
+            if "data-transaction-version" in a] == ["", "0"]  # "new" first: sorted by name
+    texts = " ".join(dom.texts("p", "meta"))
+    assert "unknown (no broker reported finalized features)" in texts
+    assert "0 (not finalized) below 2" in " ".join(texts.split())
+    assert [(a["data-broker"], a["data-verification"]) for a in dom.tags("li")
+            if "data-verification" in a] == [
+        ("1", ""), ("1", "disabled"), ("2", "enabled"), ("3", "not_offered"), ("4", "")]
+    assert [" ".join(t.split()) for t in dom.texts("li")
+            if "not offered" in t] == ["broker 3: not offered (Kafka before 3.6): exposed"]
+    assert [(a["data-topic"], a["data-compacted"]) for a in dom.tags("li")
+            if "data-compacted" in a] == [
+        ("changelog", "true"), ("events", ""), ("orders", "false")]
 
 
 def test_abort_command_line_without_config_file() -> None:

@@ -52,9 +52,11 @@ from exporter.collect.fastencode import (
     encode_describe_producers,
     encode_list_offsets,
 )
-from exporter.model import TopicPartition
+from exporter.collect.parse import CLEANUP_POLICY_CONFIG, PARTITION_VERIFICATION_CONFIG
+from exporter.model import FinalizedFeatures, TopicPartition
 from exporter.settings import ClusterSettings
 
+TOPIC_RESOURCE_TYPE = 2
 BROKER_RESOURCE_TYPE = 4
 TRANSACTION_COORDINATOR_KEY_TYPE = 1
 READ_UNCOMMITTED = 0
@@ -62,6 +64,7 @@ READ_COMMITTED = 1
 LATEST_OFFSET = -1
 FETCH_MAX_BYTES = 1024
 TRANSACTION_MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
+BROKER_CONFIG_KEYS = (TRANSACTION_MAX_TIMEOUT_CONFIG, PARTITION_VERIFICATION_CONFIG)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -143,6 +146,31 @@ class ClusterClient:
         except CollectError as exc:
             self.mark_down(broker_id, exc)
             raise
+
+    async def refresh_finalized_features(self, broker_id: int, max_age_seconds: float) -> None:
+        """Ask the broker's ApiVersions again when its connection's answer is older than
+        `max_age_seconds` (the answer at connect time is usually fresh enough)."""
+        connection = await self.connection(broker_id)
+        if time.monotonic() - connection.finalized_features_read_at < max_age_seconds:
+            return
+        try:
+            await connection.refresh_finalized_features(self.timeout_seconds)
+        except CollectError as exc:
+            self.mark_down(broker_id, exc)
+            raise
+
+    def finalized_features(self) -> FinalizedFeatures | None:
+        """The finalized features with the highest epoch among the brokers connected now (the
+        epoch only grows, so the highest is the newest); None when none reported any."""
+        best: FinalizedFeatures | None = None
+        for broker_id, address in sorted(self.brokers.items()):
+            if broker_id in self.down:
+                continue
+            connection = self.pool.open_connection(*address)
+            features = connection.finalized_features if connection is not None else None
+            if features is not None and (best is None or features.epoch > best.epoch):
+                best = features
+        return best
 
     async def metadata(self, topics: Sequence[str] | None = None) -> MetadataView:
         """Metadata from the first broker that answers: known brokers first, then bootstrap."""
@@ -368,14 +396,18 @@ def list_transactions_request(
     return build
 
 
-def describe_broker_config_request(broker_id: int) -> Callable[[BrokerConnection], Any]:
-    """`transaction.max.timeout.ms` of BROKER `broker_id`, asked for by name.
+def describe_broker_config_request(
+    broker_id: int, keys: Sequence[str] = BROKER_CONFIG_KEYS
+) -> Callable[[BrokerConnection], Any]:
+    """`keys` (by default `transaction.max.timeout.ms` and
+    `transaction.partition.verification.enable`) of BROKER `broker_id`, asked for by name.
 
-    Naming the key keeps the answer to one entry (all configs: ~200 per broker). It does not
-    filter defaults: a broker returns a requested key whatever its source (reference capture
-    07 answers `transactional.id.expiration.ms` with config_source 5, DEFAULT_CONFIG). The
-    reference's "ask for all" warns against kafka-python's `describe_configs` filter, which
-    drops defaults; null keys (all) would be the fallback if a broker ignored the list."""
+    Naming the keys keeps the answer to those entries (all configs: ~200 per broker). It does
+    not filter defaults: a broker returns a requested key whatever its source (reference
+    capture 07 answers `transactional.id.expiration.ms` with config_source 5,
+    DEFAULT_CONFIG), and leaves out a key it does not know. The reference's "ask for all"
+    warns against kafka-python's `describe_configs` filter, which drops defaults; null keys
+    (all) would be the fallback if a broker ignored the list."""
 
     def build(connection: BrokerConnection) -> Any:
         return DescribeConfigsRequest(
@@ -383,8 +415,30 @@ def describe_broker_config_request(broker_id: int) -> Callable[[BrokerConnection
                 DescribeConfigsRequest.DescribeConfigsResource(
                     resource_type=BROKER_RESOURCE_TYPE,
                     resource_name=str(broker_id),
-                    configuration_keys=[TRANSACTION_MAX_TIMEOUT_CONFIG],
+                    configuration_keys=list(keys),
                 )
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+            version=connection.version_for(DescribeConfigsRequest),
+        )
+
+    return build
+
+
+def describe_topic_configs_request(topics: Sequence[str]) -> Callable[[BrokerConnection], Any]:
+    """`cleanup.policy` of each TOPIC resource in `topics`; any broker answers for any topic
+    (reference groups capture 15)."""
+
+    def build(connection: BrokerConnection) -> Any:
+        return DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=TOPIC_RESOURCE_TYPE,
+                    resource_name=topic,
+                    configuration_keys=[CLEANUP_POLICY_CONFIG],
+                )
+                for topic in topics
             ],
             include_synonyms=False,
             include_documentation=False,

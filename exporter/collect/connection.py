@@ -25,6 +25,7 @@ import contextlib
 import functools
 import ssl
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
+from exporter.collect.parse import parse_finalized_features
+from exporter.model import FinalizedFeatures
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
 from exporter.tlsfiles import load_cert_chain
 
@@ -105,6 +108,11 @@ class BrokerConnection:
         self._next_correlation_id = 0
         self._closed_error: CollectError | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self._api_versions_version = 0
+        self.finalized_features: FinalizedFeatures | None = None
+        """From the last ApiVersions answer (v3+); None when it carried none."""
+        self.finalized_features_read_at = 0.0
+        """`time.monotonic()` of that answer."""
 
     @property
     def is_open(self) -> bool:
@@ -162,6 +170,9 @@ class BrokerConnection:
             versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             if response.error_code == 0:
                 self.api_versions = versions
+                self._api_versions_version = version
+                self.finalized_features = parse_finalized_features(response, version)
+                self.finalized_features_read_at = time.monotonic()
                 return
             own = versions.get(ApiVersionsResponse.API_KEY)
             if response.error_code == UNSUPPORTED_VERSION and own is not None:
@@ -170,6 +181,20 @@ class BrokerConnection:
                     continue
             raise UnsupportedApi(f"ApiVersions failed: {error_name(response.error_code)}")
         raise UnsupportedApi("ApiVersions negotiation did not converge")
+
+    async def refresh_finalized_features(self, timeout: float) -> FinalizedFeatures | None:
+        """Ask ApiVersions again (at the version negotiated) for the finalized features, which
+        change without a reconnect (`kafka-features.sh upgrade`). Raises `CollectError`."""
+        version = self._api_versions_version
+        request = ApiVersionsRequest(
+            client_software_name=CLIENT_SOFTWARE_NAME,
+            client_software_version=CLIENT_SOFTWARE_VERSION,
+            version=version,
+        )
+        response = await self._send(request, version, timeout)
+        self.finalized_features = parse_finalized_features(response, version)
+        self.finalized_features_read_at = time.monotonic()
+        return self.finalized_features
 
     async def _authenticate(self, sasl: SaslSettings, timeout: float) -> None:
         """SaslHandshake v1 then SaslAuthenticate rounds driven by kafka-python's mechanism."""
@@ -380,6 +405,11 @@ class ConnectionPool:
             await connection.connect()
             self._connections[key] = connection
             return connection
+
+    def open_connection(self, host: str, port: int) -> BrokerConnection | None:
+        """The open connection to (host, port), if any; never connects."""
+        connection = self._connections.get((host, port))
+        return connection if connection is not None and connection.is_open else None
 
     async def discard(self, host: str, port: int) -> None:
         connection = self._connections.pop((host, port), None)

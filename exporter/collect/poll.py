@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from exporter.analyze import classify, next_untracked_polls
-from exporter.collect.broker_config import MaxTimeoutReader
+from exporter.collect.broker_config import BrokerConfigReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
 from exporter.collect.coordinators import CoordinatorReader
@@ -24,9 +24,10 @@ from exporter.collect.lso import LastStableOffsetReader
 from exporter.collect.pollstate import ApiSupportLog, PollState, wall_clock_ms
 from exporter.collect.producers import ProducerStateReader
 from exporter.collect.start_times import StartTimeResolver
+from exporter.collect.topic_config import TopicConfigReader
 from exporter.logs import get_logger
 from exporter.model import BrokerStatus, Classification, ClusterObservation, OpenTransaction, TxnKey
-from exporter.rules import effective_max_timeout_ms, is_late, late_buffer_ms
+from exporter.rules import effective_max_timeout_ms, is_late, is_orphaned, late_buffer_ms
 from exporter.settings import ClusterSettings
 
 __all__ = ["ClusterPoller", "wall_clock_ms"]
@@ -48,7 +49,8 @@ class ClusterPoller:
         self._support = ApiSupportLog(settings.name)
         self._producers = ProducerStateReader(self._client, settings, self._support)
         self._start_times = StartTimeResolver(self._client)
-        self._broker_config = MaxTimeoutReader(self._client, settings)
+        self._broker_config = BrokerConfigReader(self._client, settings)
+        self._topic_config = TopicConfigReader(self._client, settings)
         self._coordinators = CoordinatorReader(self._client, self._support)
         self._lso = LastStableOffsetReader(self._client)
         self._down_logged: set[int] = set()
@@ -76,6 +78,7 @@ class ClusterPoller:
         return {
             **self._start_times.cache_sizes(),
             **self._broker_config.cache_sizes(),
+            **self._topic_config.cache_sizes(),
             **self._coordinators.cache_sizes(),
             "seen_open": len(self._seen_open),
             "untracked_polls": len(self._untracked_polls),
@@ -138,6 +141,11 @@ class ClusterPoller:
         untracked_polls, untracked_unknown = next_untracked_polls(self._untracked_polls, answers)
         self._untracked_polls = untracked_polls
         self._seen_open = {txn.key for txn in open_txns}
+        compacted_topics = await self._topic_config.compacted(
+            {t.topic for t in open_txns if late(t) or is_orphaned(untracked_polls.get(t.key, 0))},
+            meta,
+            state,
+        )
 
         return ClusterObservation(
             cluster=self.settings.name,
@@ -155,6 +163,8 @@ class ClusterPoller:
             poll_duration_seconds=time.monotonic() - started,
             untracked_polls=untracked_polls,
             untracked_unknown=untracked_unknown,
+            finalized_features=self._broker_config.finalized_features(),
+            compacted_topics=compacted_topics,
         )
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:
@@ -195,6 +205,10 @@ class ClusterPoller:
                     error=reason,
                     transaction_max_timeout_ms=self._broker_config.max_timeout_ms(broker_id),
                     observable=observable,
+                    partition_verification=(
+                        self._broker_config.partition_verification(broker_id)
+                        if reason is None else None
+                    ),
                 )
             )
         return tuple(statuses)

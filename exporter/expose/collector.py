@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__, version
 from exporter.metrics import METRICS, MetricSpec, spec
-from exporter.model import ClusterSnapshot
+from exporter.model import ClusterSnapshot, PartitionVerification
 from exporter.snapshots import POLL_DURATION_BUCKETS_SECONDS, ClusterState, SnapshotStore
 
 # --------------------------------------------------------------------------- metric families
@@ -200,6 +200,12 @@ def _collect_exporter_own(state: ClusterState, fam: _Families) -> None:
                     reason)
 
 
+_VERIFICATION_VALUES: dict[PartitionVerification | None, float] = {
+    PartitionVerification.ENABLED: 1.0,
+    PartitionVerification.DISABLED: 0.0,
+}
+
+
 def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) -> None:
     for tp, seconds in sorted(snap.max_active_transaction_duration_seconds.items()):
         fam.add("kafka_partition_max_active_transaction_duration_seconds", state, seconds,
@@ -227,6 +233,15 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
         if b.transaction_max_timeout_ms is not None:
             fam.add("kafka_transaction_max_timeout_seconds", state,
                     b.transaction_max_timeout_ms / 1000.0, broker)
+        verification = _VERIFICATION_VALUES.get(b.partition_verification)
+        if b.up and verification is not None:  # unknown or not offered: absent
+            fam.add("kafka_transaction_partition_verification_enabled", state, verification,
+                    broker)
+    if snap.finalized_transaction_version is not None:
+        fam.add("kafka_finalized_transaction_version", state,
+                snap.finalized_transaction_version)
+    for topic, compacted in sorted(snap.compacted_topics.items()):
+        fam.add("kafka_topic_compacted", state, 1.0 if compacted else 0.0, topic)
     for late in snap.late_transactions:
         txn = late.transaction
         fam.add(

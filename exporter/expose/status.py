@@ -17,7 +17,13 @@ import shlex
 import time
 from collections.abc import Mapping, Sequence
 
-from exporter.model import Classification, ClusterSnapshot, LateTransaction, TopicPartition
+from exporter.model import (
+    Classification,
+    ClusterSnapshot,
+    LateTransaction,
+    PartitionVerification,
+    TopicPartition,
+)
 
 DEFAULT_ABORT_COMMAND: tuple[str, ...] = ("kafka-txn-exporter", "abort")
 REFRESH_SECONDS = 30
@@ -203,6 +209,7 @@ def _cluster_section(
     if error:
         out.append(f"<p class=\"error\">Last error: {_e(error)}</p>")
     out.append(_brokers_table(snapshot))
+    out.append(_exposure_section(snapshot))
     out.append(_transactions_table(name, snapshot, config_file, abort_command, runbook_url))
     if snapshot.request_errors:
         counts: dict[tuple[int, str, str], int] = {}
@@ -249,6 +256,68 @@ def _brokers_table(snapshot: ClusterSnapshot) -> str:
         "<th class=\"num\">hanging</th></tr></thead><tbody>" + "".join(rows)
         + "</tbody></table>"
     )
+
+
+_VERIFICATION_TEXT = {
+    PartitionVerification.ENABLED: ("up", "enabled"),
+    PartitionVerification.DISABLED: ("down", "disabled: exposed"),
+    PartitionVerification.NOT_OFFERED: ("down", "not offered (Kafka before 3.6): exposed"),
+}
+
+
+def _exposure_section(snapshot: ClusterSnapshot) -> str:
+    """Can hanging transactions still be created here, and does a late one stop compaction?
+    (docs/kafka-semantics.md#exposure). Unknown shows as unknown, never as safe."""
+    version = snapshot.finalized_transaction_version
+    if version is None:
+        version_text = ("<span class=\"note\">unknown (no broker reported finalized "
+                        "features)</span>")
+    else:
+        note = " (not finalized)" if version == 0 else ""
+        exposed = (" <span class=\"badge down\">below 2: producers add partitions "
+                   "themselves</span>") if version < 2 else ""
+        version_text = f"<strong>{version}</strong>{note}{exposed}"
+    out = [
+        "<h3>Exposure</h3><p class=\"meta\" data-transaction-version=\""
+        f"{'' if version is None else version}\">Finalized <code>transaction.version</code>: "
+        f"{version_text}</p>"
+    ]
+    items = []
+    for b in snapshot.brokers:
+        flag = b.partition_verification
+        if flag is None:
+            text = "<span class=\"note\">unknown</span>"
+        else:
+            css, label = _VERIFICATION_TEXT[flag]
+            text = f"<span class=\"badge {css}\">{_e(label)}</span>"
+        items.append(
+            f"<li data-broker=\"{b.broker_id}\" data-verification=\""
+            f"{'' if flag is None else flag.value}\">broker {b.broker_id}: {text}</li>"
+        )
+    if items:
+        out.append(
+            "<p class=\"meta\"><code>transaction.partition.verification.enable</code> per "
+            "broker:</p><ul class=\"verification\">" + "".join(items) + "</ul>"
+        )
+    topics = sorted({lt.transaction.topic for lt in snapshot.late_transactions})
+    if topics:
+        cells = []
+        for topic in topics:
+            compacted = snapshot.compacted_topics.get(topic)
+            text = ("<span class=\"note\">unknown</span>" if compacted is None else
+                    "<span class=\"badge down\">compacted: cleaning stops at the LSO</span>"
+                    if compacted else "not compacted")
+            cells.append(
+                f"<li data-topic=\"{_e(topic)}\" data-compacted=\""
+                f"{'' if compacted is None else str(compacted).lower()}\">"
+                f"<code>{_e(topic)}</code>: {text}</li>"
+            )
+        out.append(
+            "<p class=\"meta\">Topics with late transactions "
+            "(<code>cleanup.policy</code>):</p><ul class=\"compaction\">"
+            + "".join(cells) + "</ul>"
+        )
+    return "".join(out)
 
 
 def _transactions_table(

@@ -61,6 +61,10 @@ class FakeCluster:
     """(topic, partition, offset) -> (max_timestamp, producer_id, producer_epoch)."""
     offsets: dict[Key, tuple[int, int]] = field(default_factory=dict)  # (high watermark, LSO)
     max_timeout_ms: dict[int, int] = field(default_factory=dict)
+    cleanup_policies: dict[str, str] = field(default_factory=dict)
+    """TOPIC cleanup.policy; a topic not listed answers the broker default, delete."""
+    config_requests: list[tuple[int, int, str, list[str] | None]] = field(default_factory=list)
+    """(broker, resource_type, resource_name, configuration_keys) of each DescribeConfigs."""
     transactions: dict[str, Txn] = field(default_factory=dict)
     errors: dict[tuple[int, Any], list[int]] = field(default_factory=dict)
     """(api_key, item) -> error codes to answer next, one per request, item = (topic, p) or id."""
@@ -255,12 +259,24 @@ class FakeCluster:
             ],
         )
 
-    # DescribeConfigs (BROKER, all configs)
+    # DescribeConfigs (BROKER: as the capture's broker, verification off; TOPIC: cleanup.policy)
     def _api_32(self, ctx: RequestContext, request: Any) -> Any:
         R = DescribeConfigsResponse.DescribeConfigsResult
         results = []
         for res in request.resources:
-            value = self.max_timeout_ms.get(int(res.resource_name), 900000)
+            self.config_requests.append((ctx.broker_id, res.resource_type, res.resource_name,
+                                         res.configuration_keys))
+            if res.resource_type == 2:
+                entries: tuple[tuple[str, str | None], ...] = (
+                    ("cleanup.policy", self.cleanup_policies.get(res.resource_name, "delete")),
+                )
+            else:
+                value = self.max_timeout_ms.get(int(res.resource_name), 900000)
+                entries = (
+                    ("log.retention.ms", None),
+                    ("transaction.max.timeout.ms", str(value)),
+                    ("transaction.partition.verification.enable", "false"),
+                )
             configs = [
                 R.DescribeConfigsResourceResult(
                     name=name,
@@ -272,10 +288,8 @@ class FakeCluster:
                     config_type=5,
                     documentation=None,
                 )
-                for name, v in (
-                    ("log.retention.ms", None),
-                    ("transaction.max.timeout.ms", str(value)),
-                )
+                for name, v in entries
+                if res.configuration_keys is None or name in res.configuration_keys
             ]
             results.append(
                 R(

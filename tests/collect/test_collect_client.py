@@ -54,11 +54,11 @@ class _V4Connection:
         return 4
 
 
-def test_describe_configs_asks_only_for_the_max_timeout_of_that_broker() -> None:
+def test_describe_configs_asks_only_for_the_two_transaction_keys_of_that_broker() -> None:
     request: Any = describe_broker_config_request(7)(_V4Connection())  # type: ignore[arg-type]
     assert [
         (r.resource_type, r.resource_name, r.configuration_keys) for r in request.resources
-    ] == [(4, "7", ["transaction.max.timeout.ms"])]
+    ] == [(4, "7", ["transaction.max.timeout.ms", "transaction.partition.verification.enable"])]
 
 
 def test_requested_key_is_answered_even_when_default() -> None:

@@ -20,6 +20,7 @@ from exporter.collect.poll import ClusterPoller
 from exporter.model import (
     Classification,
     ClusterObservation,
+    PartitionVerification,
     StartTimeSource,
     TopicPartition,
 )
@@ -413,12 +414,14 @@ def test_batches_respect_describe_producers_batch_size(make_env: MakeEnv) -> Non
     assert sum(1 for b, k in fake.calls if (b, k) == (1, DESCRIBE_PRODUCERS)) == 3
 
 
-def test_override_skips_describe_configs(make_env: MakeEnv) -> None:
+def test_override_asks_describe_configs_only_for_verification(make_env: MakeEnv) -> None:
     fake = three_brokers()
     env = make_env(fake, transaction_max_timeout_ms=1234)
     obs = env.poll()
     assert all(b.transaction_max_timeout_ms == 1234 for b in obs.brokers)
-    assert not any(k == DESCRIBE_CONFIGS for _, k in fake.calls)
+    assert sorted(fake.config_requests) == [
+        (b, 4, str(b), ["transaction.partition.verification.enable"]) for b in (1, 2, 3)]
+    assert {b.partition_verification for b in obs.brokers} == {PartitionVerification.DISABLED}
 
 
 def test_configs_refreshed_only_when_due(make_env: MakeEnv) -> None:
@@ -441,3 +444,37 @@ def test_no_reachable_bootstrap_gives_an_empty_down_observation() -> None:
     assert obs.brokers == ()
     assert obs.request_errors[0].api == "Metadata"
     assert not analyze(obs, settings).up
+
+
+def _topic_config_requests(fake: FakeCluster) -> list[tuple[int, str, list[str] | None]]:
+    return [(b, name, keys) for b, rtype, name, keys in fake.config_requests if rtype == 2]
+
+
+def test_topic_config_read_once_for_the_late_topic_only(make_env: MakeEnv) -> None:
+    fake = three_brokers()
+    fake.leaders[("quiet", 0)] = 2
+    fake.producers[("quiet", 0)] = [Producer(9, 0, last_timestamp=now_ms(), start_offset=0)]
+    fake.batches[("quiet", 0, 0)] = (now_ms(), 9, 0)  # open but fresh: not late
+    hanging_on_t0(fake, age_ms=30 * MINUTE_MS)
+    fake.cleanup_policies["t"] = "compact"
+    env = make_env(fake)
+    obs = env.poll()
+    assert obs.compacted_topics == {"t": True}
+    # One TOPIC DescribeConfigs, to the lowest broker, for the late transaction's topic only.
+    assert _topic_config_requests(fake) == [(1, "t", ["cleanup.policy"])]
+    obs = env.poll()  # cached until config_refresh_seconds
+    assert obs.compacted_topics == {"t": True}
+    assert len(_topic_config_requests(fake)) == 1
+
+
+def test_no_late_transaction_sends_no_topic_config_request(make_env: MakeEnv) -> None:
+    fake = three_brokers()
+    fake.producers[("t", 1)] = [Producer(9, 0, last_timestamp=now_ms(), start_offset=0)]
+    fake.batches[("t", 1, 0)] = (now_ms(), 9, 0)
+    env = make_env(fake)
+    for _ in range(3):
+        obs = env.poll()
+        assert len(obs.open_transactions) == 1 and obs.compacted_topics == {}
+    assert _topic_config_requests(fake) == []
+    # The broker configs are read once (then cached), in one request per broker.
+    assert sorted(b for b, k in fake.calls if k == DESCRIBE_CONFIGS) == [1, 2, 3]
