@@ -121,7 +121,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kafka_topic_compacted", "gauge",
         "1 when the topic's cleanup.policy includes compact, else 0; only for topics with a "
-        "late transaction (the cleaner stops at its last stable offset).",
+        "late or orphaned transaction (the cleaner stops at its last stable offset).",
         ("cluster", "topic"),
     ),
     MetricSpec(

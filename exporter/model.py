@@ -209,7 +209,8 @@ class ClusterObservation:
     """The answer with the highest epoch among the brokers' ApiVersions; None when no broker
     reported finalized features (ApiVersions below v3, or epoch -1)."""
     compacted_topics: Mapping[str, bool] = field(default_factory=dict)
-    """topic -> cleanup.policy contains compact, read only for topics with a late transaction;
+    """topic -> cleanup.policy contains compact, read only for topics with a late or orphaned
+    transaction;
     a topic whose config could not be read is left out (unknown)."""
 
 
@@ -294,4 +295,5 @@ class ClusterSnapshot:
     """The cluster's finalized `transaction.version` level (0 when not finalized); None when
     no broker reported finalized features."""
     compacted_topics: Mapping[str, bool] = field(default_factory=dict)
-    """Topics of the late transactions whose cleanup.policy is known: True when compacted."""
+    """Topics of the late and orphaned transactions whose cleanup.policy is known: True when
+    compacted."""

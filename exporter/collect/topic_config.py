@@ -1,6 +1,6 @@
-"""Topic config: whether each topic holding a late transaction is compacted (`cleanup.policy`,
-DescribeConfigs over TOPIC resources), read only for those topics, cached and refreshed every
-`config_refresh_seconds`. A poll without late transactions sends nothing."""
+"""Topic config: whether each topic holding a late or orphaned transaction is compacted
+(`cleanup.policy`, DescribeConfigs over TOPIC resources), read only for those topics, cached and
+refreshed every `config_refresh_seconds`. A poll without such transactions sends nothing."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class TopicConfigReader:
         self, topics: Iterable[str], meta: MetadataView, state: PollState
     ) -> dict[str, bool]:
         """topic -> compacted for `topics` whose cleanup.policy is known. The cache keeps only
-        these topics, so it is bounded by the topics with a late transaction."""
+        these topics, so it is bounded by the topics with a late or orphaned transaction."""
         wanted = set(topics)
         for topic in [t for t in self._compacted if t not in wanted]:
             del self._compacted[topic]

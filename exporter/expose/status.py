@@ -299,7 +299,8 @@ def _exposure_section(snapshot: ClusterSnapshot) -> str:
             "<p class=\"meta\"><code>transaction.partition.verification.enable</code> per "
             "broker:</p><ul class=\"verification\">" + "".join(items) + "</ul>"
         )
-    topics = sorted({lt.transaction.topic for lt in snapshot.late_transactions})
+    topics = sorted({lt.transaction.topic for lt in snapshot.late_transactions}
+                    | {o.transaction.topic for o in snapshot.orphaned_transactions})
     if topics:
         cells = []
         for topic in topics:
@@ -313,7 +314,7 @@ def _exposure_section(snapshot: ClusterSnapshot) -> str:
                 f"<code>{_e(topic)}</code>: {text}</li>"
             )
         out.append(
-            "<p class=\"meta\">Topics with late transactions "
+            "<p class=\"meta\">Topics with late or orphaned transactions "
             "(<code>cleanup.policy</code>):</p><ul class=\"compaction\">"
             + "".join(cells) + "</ul>"
         )

@@ -471,6 +471,9 @@ def test_no_late_transaction_sends_no_topic_config_request(make_env: MakeEnv) ->
     fake = three_brokers()
     fake.producers[("t", 1)] = [Producer(9, 0, last_timestamp=now_ms(), start_offset=0)]
     fake.batches[("t", 1, 0)] = (now_ms(), 9, 0)
+    # Tracked by its coordinator: neither late nor orphaned.
+    fake.transactions["healthy"] = Txn(producer_id=9, state="Ongoing", coordinator=2,
+                                       partitions=[("t", 1)], start_time_ms=now_ms())
     env = make_env(fake)
     for _ in range(3):
         obs = env.poll()
@@ -478,3 +481,22 @@ def test_no_late_transaction_sends_no_topic_config_request(make_env: MakeEnv) ->
     assert _topic_config_requests(fake) == []
     # The broker configs are read once (then cached), in one request per broker.
     assert sorted(b for b, k in fake.calls if k == DESCRIBE_CONFIGS) == [1, 2, 3]
+
+
+def test_orphaned_transactions_topic_is_read_once_orphaned(make_env: MakeEnv) -> None:
+    fake = three_brokers()
+    # Fresh, but no coordinator tracks it: seen open on poll 1, not tracked on polls 2 and 3,
+    # orphaned (not late) on poll 3.
+    fake.producers[("t", 1)] = [Producer(9, 0, last_timestamp=now_ms(), start_offset=0)]
+    fake.batches[("t", 1, 0)] = (now_ms(), 9, 0)
+    fake.cleanup_policies["t"] = "compact"
+    env = make_env(fake)
+    for _ in range(2):
+        obs = env.poll()
+        assert obs.compacted_topics == {} and _topic_config_requests(fake) == []
+    obs = env.poll()
+    snap = analyze(obs, env.settings)
+    assert [o.transaction.topic for o in snap.orphaned_transactions] == ["t"]
+    assert snap.late_transactions == ()
+    assert obs.compacted_topics == {"t": True} and snap.compacted_topics == {"t": True}
+    assert _topic_config_requests(fake) == [(1, "t", ["cleanup.policy"])]
