@@ -361,3 +361,6 @@ class SimCluster:
 
     def deny_topic(self, *args: Any, **kwargs: Any) -> Any:
         return self.call(self._state.deny_topic, *args, **kwargs)
+
+    def deny_group(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(self._state.deny_group, *args, **kwargs)

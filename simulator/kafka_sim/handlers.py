@@ -53,6 +53,7 @@ from kafka_sim.errors import (
     COORDINATOR_NOT_AVAILABLE,
     CORRUPT_MESSAGE,
     FENCED_LEADER_EPOCH,
+    GROUP_AUTHORIZATION_FAILED,
     INVALID_GROUP_ID,
     INVALID_PRODUCER_EPOCH,
     INVALID_RECORD,
@@ -249,6 +250,8 @@ def handle_find_coordinator(state: ClusterState, ctx: RequestContext, req: Any) 
         if error is None:
             if key_type not in (0, 1):
                 error = INVALID_REQUEST
+            elif key_type == 0 and not state.group_authorized(ctx.principal, "DESCRIBE", key):
+                error = GROUP_AUTHORIZATION_FAILED  # KafkaApis checks before any lookup
             elif not existed:
                 error = COORDINATOR_NOT_AVAILABLE  # the lookup that created the topic (08)
             else:
@@ -925,7 +928,9 @@ def _fetched_offsets(
 
 def handle_offset_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     """No pending transactional offsets are ever kept (TxnOffsetCommit stores nothing), so
-    require_stable never has an unstable offset to refuse."""
+    require_stable never has an unstable offset to refuse. A group the principal may not
+    Describe is answered GROUP_AUTHORIZATION_FAILED with no topics before any coordinator check
+    (KafkaApis authorizes first); pre-v8 that is the request's error."""
     v = ctx.api_version
     if v >= 8:
         GroupR = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -933,6 +938,10 @@ def handle_offset_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> A
         PartsR = TopicsR.OffsetFetchResponsePartitions
         groups = []
         for g in req.groups:
+            if not state.group_authorized(ctx.principal, "DESCRIBE", g.group_id):
+                groups.append(GroupR(group_id=g.group_id, topics=[],
+                                     error_code=GROUP_AUTHORIZATION_FAILED))
+                continue
             if not _is_group_coordinator(state, ctx.broker_id, g.group_id):
                 groups.append(GroupR(group_id=g.group_id, topics=[], error_code=NOT_COORDINATOR))
                 continue
@@ -946,6 +955,9 @@ def handle_offset_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> A
         return OffsetFetchResponse(version=v, throttle_time_ms=0, groups=groups)
     TopicR = OffsetFetchResponse.OffsetFetchResponseTopic
     PartR = TopicR.OffsetFetchResponsePartition
+    if v >= 2 and not state.group_authorized(ctx.principal, "DESCRIBE", req.group_id):
+        return OffsetFetchResponse(version=v, throttle_time_ms=0, topics=[],
+                                   error_code=GROUP_AUTHORIZATION_FAILED)
     if not _is_group_coordinator(state, ctx.broker_id, req.group_id):
         if v >= 2:
             return OffsetFetchResponse(version=v, throttle_time_ms=0, topics=[],

@@ -151,6 +151,7 @@ class ClusterState:
         self.marker_blocked: set[int] = set()
         self.errors: list[InjectedError] = []
         self.denied: dict[tuple[str, str], set[str]] = {}
+        self.denied_groups: dict[tuple[str, str], set[str]] = {}
         self.coordinator = TransactionCoordinator(
             self,
             num_partitions=self.config_int("transaction.state.log.num.partitions"),
@@ -527,6 +528,23 @@ class ClusterState:
 
     def authorized(self, principal: str, operation: str, topic: str) -> bool:
         denied = self.denied.get((principal, topic))
+        if not denied:
+            return True
+        return not ("ALL" in denied or operation in denied)
+
+    def deny_group(self, principal: str, group_id: str, operation: str = "ALL") -> None:
+        """Deny `principal` an operation on a consumer group (ALL, READ, DESCRIBE).
+
+        FindCoordinator (key type group) and OffsetFetch need DESCRIBE on the group. ListGroups
+        still lists it: the principal keeps Describe on the cluster (docs/kafka-semantics.md
+        #consumer-groups)."""
+        op = operation.upper()
+        if op not in OPERATIONS:
+            raise ValueError(f"operation must be one of {OPERATIONS}")
+        self.denied_groups.setdefault((principal, group_id), set()).add(op)
+
+    def group_authorized(self, principal: str, operation: str, group_id: str) -> bool:
+        denied = self.denied_groups.get((principal, group_id))
         if not denied:
             return True
         return not ("ALL" in denied or operation in denied)
