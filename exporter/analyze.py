@@ -12,6 +12,9 @@ rules themselves live in `exporter.rules`):
 - "orphaned" (#orphaned) is the same step-5 answer, "not tracked", given by the coordinator on
   two consecutive polls for the same open transaction: the collect side keeps the count
   (`next_untracked_polls`), this module reports it.
+- a consumer group is "blocked" by a late transaction when its committed offset on the
+  partition equals the last stable offset (the transaction's start offset) while the high
+  watermark is beyond it (#blocked-groups).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 
 from exporter.model import (
+    BlockedGroup,
     BrokerSummary,
     Classification,
     ClusterObservation,
@@ -46,6 +50,7 @@ __all__ = [
     "DEFAULT_TRANSACTION_MAX_TIMEOUT_MS",
     "TRANSACTION_VERSION_FEATURE",
     "analyze",
+    "blocked_groups",
     "classify",
     "effective_max_timeout_ms",
     "finalized_transaction_version",
@@ -68,6 +73,7 @@ _UNOBSERVED_REASONS: dict[str, UnobservedReason] = {
     # Kafka error names, per partition
     "TOPIC_AUTHORIZATION_FAILED": UnobservedReason.UNAUTHORIZED,
     "CLUSTER_AUTHORIZATION_FAILED": UnobservedReason.UNAUTHORIZED,
+    "GROUP_AUTHORIZATION_FAILED": UnobservedReason.UNAUTHORIZED,
     "NOT_LEADER_OR_FOLLOWER": UnobservedReason.NOT_LEADER,
     "LEADER_NOT_AVAILABLE": UnobservedReason.NO_LEADER,
 }
@@ -143,6 +149,43 @@ def orphaned_transactions(
     return [t for t in open_transactions if is_orphaned(untracked_polls.get(t.key, 0))]
 
 
+def blocked_groups(
+    txn: OpenTransaction, obs: ClusterObservation
+) -> tuple[tuple[BlockedGroup, ...], UnobservedReason | None]:
+    """The consumer groups `txn` (a late or orphaned transaction) stops, or why they are
+    unknown.
+
+    Blocked: committed offset == the partition's last stable offset == the transaction's start
+    offset, with the high watermark beyond it. A transaction that does not hold the LSO (an
+    older one on the partition does) stops no group itself. Unknown (a reason, never an empty
+    list) when the offsets or some group's committed offsets could not be read."""
+    tp = TopicPartition(txn.topic, txn.partition)
+    stable = obs.last_stable_offsets.get(tp)
+    high_watermark = obs.high_watermarks.get(tp)
+    groups = obs.consumer_groups
+    if stable is not None and high_watermark is not None and high_watermark <= stable:
+        return (), None  # nothing past the LSO: nobody is waiting
+    if groups is None or tp not in groups.partitions:
+        return (), UnobservedReason.ERROR  # not looked up: should not happen, never "none"
+    detail = groups.unknown.get(tp)
+    if detail is not None or stable is None:
+        return (), unobserved_reason(detail or "MISSING_FROM_ANSWER")
+    if txn.current_txn_start_offset != stable:
+        return (), None
+    now_ms = obs.observed_at_ms
+    return tuple(
+        BlockedGroup(
+            group_id=c.group_id,
+            topic=c.topic,
+            partition=c.partition,
+            committed_offset=c.offset,
+            blocked_seconds=max(0, now_ms - c.first_seen_ms) / 1000.0,
+        )
+        for c in groups.committed
+        if c.offset == stable and c.topic == txn.topic and c.partition == txn.partition
+    ), None
+
+
 def late_transactions(
     open_transactions: Iterable[OpenTransaction],
     now_ms: int,
@@ -186,6 +229,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     orphaned_partitions: set[TopicPartition] = set()
     orphan_undecided_brokers: set[int] = set()
     by_source: dict[str, int] = {}
+    blocked_unknown_by_reason: dict[str, int] = {}
     for txn in obs.open_transactions:
         by_source[txn.start_time_source.value] = by_source.get(txn.start_time_source.value, 0) + 1
         tp = TopicPartition(txn.topic, txn.partition)
@@ -196,7 +240,17 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         threshold_ms = thresholds.get(txn.leader_id, default_ms)
         txn_is_late = is_late(txn, now_ms, threshold_ms, late_buffer_ms)
         untracked_polls = obs.untracked_polls.get(txn.key, 0)
-        if is_orphaned(untracked_polls):
+        txn_is_orphaned = is_orphaned(untracked_polls)
+        blocked: tuple[BlockedGroup, ...] = ()
+        blocked_unknown: str | None = None
+        if txn_is_late or txn_is_orphaned:
+            blocked, why = blocked_groups(txn, obs)
+            if why is not None:
+                blocked_unknown = why.value
+                blocked_unknown_by_reason[blocked_unknown] = (
+                    blocked_unknown_by_reason.get(blocked_unknown, 0) + 1
+                )
+        if txn_is_orphaned:
             orphaned.append(
                 OrphanedTransaction(
                     transaction=txn,
@@ -204,6 +258,8 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                     transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
                     untracked_polls=untracked_polls,
                     late=txn_is_late,
+                    blocked_groups=blocked,
+                    blocked_groups_unknown=blocked_unknown,
                 )
             )
             orphaned_partitions.add(tp)
@@ -221,6 +277,8 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                 classification=classification,
                 transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
                 topic_compacted=obs.compacted_topics.get(txn.topic),
+                blocked_groups=blocked,
+                blocked_groups_unknown=blocked_unknown,
             )
         )
         late_partitions.add(tp)
@@ -309,6 +367,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
             )
             if topic in obs.compacted_topics
         },
+        blocked_groups_unknown_by_reason=dict(sorted(blocked_unknown_by_reason.items())),
     )
 
 

@@ -173,6 +173,35 @@ class RequestError:
 
 
 @dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """A consumer group's committed offset on one partition (OffsetFetch), and since when the
+    exporter has seen that same offset there (`first_seen_ms`: Kafka does not report when it
+    was committed)."""
+
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    first_seen_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupOffsets:
+    """Committed offsets of every listed consumer group on the partitions asked about (those
+    with a late transaction), read only when there is one (docs/kafka-semantics.md#blocked-groups).
+
+    A partition in `unknown` (detail: a Kafka error name such as GROUP_AUTHORIZATION_FAILED, or
+    a collect error kind) may have blocked groups that could not be seen: its count of blocked
+    groups is unknown, never 0. Committed offsets of groups that were read stay in `committed`."""
+
+    partitions: frozenset[TopicPartition]
+    """The partitions asked about."""
+    committed: tuple[CommittedOffset, ...] = ()
+    """Only offsets >= 0 (-1: nothing committed there)."""
+    unknown: Mapping[TopicPartition, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterObservation:
     """Everything one poll of one cluster learned; the input of `analyze`.
 
@@ -212,6 +241,27 @@ class ClusterObservation:
     """topic -> cleanup.policy contains compact, read only for topics with a late or orphaned
     transaction;
     a topic whose config could not be read is left out (unknown)."""
+    high_watermarks: Mapping[TopicPartition, int] = field(default_factory=dict)
+    """ListOffsets READ_UNCOMMITTED latest, for the partitions with an open transaction."""
+    last_stable_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    """ListOffsets READ_COMMITTED latest, for the same partitions."""
+    consumer_groups: ConsumerGroupOffsets | None = None
+    """None when no group was looked up (no partition with a late or orphaned transaction)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedGroup:
+    """A consumer group stopped behind a late transaction: its committed offset on the
+    partition equals the last stable offset (the transaction's start offset) while the high
+    watermark is beyond it."""
+
+    group_id: str
+    topic: str
+    partition: int
+    committed_offset: int
+    blocked_seconds: float
+    """Since the exporter first saw the group's committed offset at this value (a lower bound:
+    Kafka does not say when the offset was committed; the transaction's age is the upper)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +272,11 @@ class LateTransaction:
     transactional_id: str  # "" when no id maps to the producer
     topic_compacted: bool | None = None
     """The topic's cleanup.policy contains compact; None when unknown."""
+    blocked_groups: tuple[BlockedGroup, ...] = ()
+    """Groups stopped at this transaction's start offset (it holds the partition's LSO)."""
+    blocked_groups_unknown: str | None = None
+    """Why the groups it blocks are unknown (an `UnobservedReason` value); None when known
+    (then `blocked_groups` is the complete list)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +291,10 @@ class OrphanedTransaction:
     """Consecutive polls (this one included) on which the coordinator did not track it."""
     late: bool
     """Also late: then it is listed among the late transactions too, classified hanging."""
+    blocked_groups: tuple[BlockedGroup, ...] = ()
+    """As `LateTransaction.blocked_groups`."""
+    blocked_groups_unknown: str | None = None
+    """As `LateTransaction.blocked_groups_unknown`."""
 
     @property
     def classification(self) -> Classification:
@@ -297,3 +356,6 @@ class ClusterSnapshot:
     compacted_topics: Mapping[str, bool] = field(default_factory=dict)
     """Topics of the late and orphaned transactions whose cleanup.policy is known: True when
     compacted."""
+    blocked_groups_unknown_by_reason: Mapping[str, int] = field(default_factory=dict)
+    """Late or orphaned transactions whose blocked groups are unknown, per reason (only
+    reasons with a count)."""

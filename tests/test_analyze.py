@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from exporter.analyze import (
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     analyze,
+    blocked_groups,
     classify,
     effective_max_timeout_ms,
     is_late,
@@ -23,12 +24,15 @@ from exporter.model import (
     BrokerStatus,
     Classification,
     ClusterObservation,
+    CommittedOffset,
+    ConsumerGroupOffsets,
     FinalizedFeatures,
     OpenTransaction,
     PartitionVerification,
     StartTimeSource,
     TopicPartition,
     TransactionDescription,
+    UnobservedReason,
 )
 from exporter.settings import ClusterSettings
 
@@ -423,3 +427,72 @@ def test_compacted_flag_only_for_topics_of_late_transactions() -> None:
     flags = {lt.transaction.topic: lt.topic_compacted for lt in snap.late_transactions}
     assert flags == {"compacted-topic": True, "unread-topic": None}
     assert snap.compacted_topics == {"compacted-topic": True}
+# -- blocked consumer groups -----------------------------------------------------------------
+
+GROUP_TP = TopicPartition("t", 0)
+
+
+def groups_obs(
+    *txns: OpenTransaction,
+    lso: int = 6,
+    hw: int = 11,
+    committed: tuple[tuple[str, int, int], ...] = (),
+    unknown: dict[TopicPartition, str] | None = None,
+    looked_up: bool = True,
+) -> ClusterObservation:
+    """An observation of `txns` on t-0 with its LSO/HW and (group, offset, first seen ms)."""
+    return observation(
+        *txns,
+        last_stable_offsets={GROUP_TP: lso},
+        high_watermarks={GROUP_TP: hw},
+        consumer_groups=ConsumerGroupOffsets(
+            partitions=frozenset({GROUP_TP}),
+            committed=tuple(CommittedOffset(g, "t", 0, o, seen) for g, o, seen in committed),
+            unknown=unknown or {},
+        ) if looked_up else None,
+    )
+
+
+def test_group_at_the_lso_with_the_high_watermark_beyond_is_blocked() -> None:
+    t = txn(age_ms=60 * MINUTE_MS, start_offset=6)
+    obs = groups_obs(t, committed=(("rc", 6, NOW_MS - MINUTE_MS), ("ru", 11, NOW_MS),
+                                   ("lagging", 2, NOW_MS)))
+    blocked, reason = blocked_groups(t, obs)
+    assert reason is None
+    assert [(g.group_id, g.committed_offset, g.blocked_seconds) for g in blocked] == [
+        ("rc", 6, 60.0)
+    ]
+    (lt,) = analyze(obs, SETTINGS).late_transactions
+    assert [g.group_id for g in lt.blocked_groups] == ["rc"]
+    assert lt.blocked_groups_unknown is None
+
+
+def test_nothing_past_the_lso_blocks_nobody_even_without_a_lookup() -> None:
+    t = txn(age_ms=60 * MINUTE_MS, start_offset=6)
+    assert blocked_groups(t, groups_obs(t, lso=6, hw=6, looked_up=False)) == ((), None)
+
+
+def test_a_late_transaction_not_holding_the_lso_stops_no_group_itself() -> None:
+    older = txn(age_ms=90 * MINUTE_MS, start_offset=6, producer_id=1)
+    newer = txn(age_ms=60 * MINUTE_MS, start_offset=8, producer_id=2)
+    obs = groups_obs(older, newer, committed=(("rc", 6, NOW_MS),))
+    assert [g.group_id for g in blocked_groups(older, obs)[0]] == ["rc"]
+    assert blocked_groups(newer, obs) == ((), None)
+
+
+def test_unreadable_groups_are_unknown_with_a_reason_never_none_blocked() -> None:
+    t = txn(age_ms=60 * MINUTE_MS, start_offset=6)
+    obs = groups_obs(t, committed=(("rc", 6, NOW_MS),),
+                     unknown={GROUP_TP: "GROUP_AUTHORIZATION_FAILED"})
+    assert blocked_groups(t, obs) == ((), UnobservedReason.UNAUTHORIZED)
+    snap = analyze(obs, SETTINGS)
+    assert snap.late_transactions[0].blocked_groups_unknown == "unauthorized"
+    assert snap.blocked_groups_unknown_by_reason == {"unauthorized": 1}
+    # Not looked up at all (cannot happen in a poll) is unknown too, not "none".
+    assert blocked_groups(t, groups_obs(t, looked_up=False))[1] is UnobservedReason.ERROR
+    # The LSO itself could not be read.
+    no_lso = replace(obs, last_stable_offsets={}, high_watermarks={},
+                     consumer_groups=ConsumerGroupOffsets(
+                         partitions=frozenset({GROUP_TP}),
+                         unknown={GROUP_TP: "BROKER_UNREACHABLE"}))
+    assert blocked_groups(t, no_lso)[1] is UnobservedReason.BROKER_DOWN

@@ -19,6 +19,7 @@ from itertools import repeat
 from typing import Any
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest
+from kafka.protocol.admin.groups import ListGroupsRequest
 from kafka.protocol.admin.transactions import (
     DescribeProducersRequest,
     DescribeProducersResponse,
@@ -26,6 +27,7 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.group import OffsetFetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest, MetadataResponse
 from kafka.record.memory_records import MemoryRecords
@@ -38,6 +40,7 @@ from exporter.collect.connection import (
     ConnectionOptions,
     ConnectionPool,
     RequestTimeout,
+    UnsupportedApi,
     build_ssl_context,
     parse_bootstrap,
 )
@@ -58,7 +61,12 @@ from exporter.settings import ClusterSettings
 
 TOPIC_RESOURCE_TYPE = 2
 BROKER_RESOURCE_TYPE = 4
+GROUP_COORDINATOR_KEY_TYPE = 0
 TRANSACTION_COORDINATOR_KEY_TYPE = 1
+OFFSET_FETCH_MIN_VERSION = 8
+"""OffsetFetch v8 (Kafka 3.0, KIP-709) is the first to carry many groups in one request."""
+OFFSET_FETCH_MAX_VERSION = 9
+"""v10 names topics by id only; the exporter names them (v9 is Kafka 4.0's newest)."""
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 LATEST_OFFSET = -1
@@ -479,6 +487,67 @@ def find_coordinator_requests(
         FindCoordinatorRequest(key=t, key_type=TRANSACTION_COORDINATOR_KEY_TYPE, version=version)
         for t in transactional_ids
     ]
+
+
+def find_group_coordinators_request(group_ids: Sequence[str]) -> Callable[[BrokerConnection], Any]:
+    """One FindCoordinator for many groups (key type 0, v4+ batched; Kafka 3.0, KIP-699).
+    Older brokers raise `UnsupportedApi`: the groups are then unknown, not looked up one by
+    one (that would be one request per group per poll)."""
+
+    def build(connection: BrokerConnection) -> Any:
+        version = connection.version_for(FindCoordinatorRequest)
+        if version < 4:
+            raise UnsupportedApi("FindCoordinator v4+ needed to batch group lookups")
+        return FindCoordinatorRequest(
+            key_type=GROUP_COORDINATOR_KEY_TYPE,
+            coordinator_keys=list(group_ids),
+            version=version,
+        )
+
+    return build
+
+
+def list_groups_request() -> Callable[[BrokerConnection], Any]:
+    """ListGroups without filters (every state, every type): the caller keeps consumer groups."""
+
+    def build(connection: BrokerConnection) -> Any:
+        return ListGroupsRequest(
+            states_filter=[], types_filter=[], version=connection.version_for(ListGroupsRequest)
+        )
+
+    return build
+
+
+def offset_fetch_request(
+    group_ids: Sequence[str], partitions: Sequence[tuple[str, Sequence[int]]]
+) -> Callable[[BrokerConnection], Any]:
+    """OffsetFetch v8+ for many groups, each asked only about `partitions` (topic, indexes);
+    require_stable false: the last committed offset, even with a transactional commit pending."""
+
+    def build(connection: BrokerConnection) -> Any:
+        version = connection.version_for(OffsetFetchRequest, max_version=OFFSET_FETCH_MAX_VERSION)
+        if version < OFFSET_FETCH_MIN_VERSION:
+            raise UnsupportedApi("OffsetFetch v8+ needed for many groups per request")
+        group_cls = OffsetFetchRequest.OffsetFetchRequestGroup
+        topic_cls = group_cls.OffsetFetchRequestTopics
+        return OffsetFetchRequest(
+            groups=[
+                group_cls(
+                    group_id=g,
+                    member_id=None,
+                    member_epoch=-1,
+                    topics=[
+                        topic_cls(name=t, topic_id=_ZERO_UUID, partition_indexes=list(ps))
+                        for t, ps in partitions
+                    ],
+                )
+                for g in group_ids
+            ],
+            require_stable=False,
+            version=version,
+        )
+
+    return build
 
 
 def parse_find_coordinator(response: Any, requested_key: str | None) -> list[tuple[str, int, int]]:

@@ -17,6 +17,7 @@ NOT_LEADER_OR_FOLLOWER = kafka_errors.NotLeaderForPartitionError.errno
 COORDINATOR_LOAD_IN_PROGRESS = kafka_errors.CoordinatorLoadInProgressError.errno
 NOT_COORDINATOR = kafka_errors.NotCoordinatorError.errno
 TOPIC_AUTHORIZATION_FAILED = kafka_errors.TopicAuthorizationFailedError.errno
+GROUP_AUTHORIZATION_FAILED = kafka_errors.GroupAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED = kafka_errors.ClusterAuthorizationFailedError.errno
 INVALID_PRODUCER_EPOCH = kafka_errors.InvalidProducerEpochError.errno
 TRANSACTION_COORDINATOR_FENCED = kafka_errors.TransactionCoordinatorFencedError.errno

@@ -124,16 +124,19 @@ def parse_describe_transactions(
     return descriptions, errors
 
 
-def parse_list_offsets(response: Any) -> tuple[dict[TopicPartition, int], list[int]]:
-    """ListOffsets answer -> (offset per partition answered without error, error codes)."""
+def parse_list_offsets(
+    response: Any,
+) -> tuple[dict[TopicPartition, int], list[tuple[TopicPartition, int]]]:
+    """ListOffsets answer -> (offset per partition answered without error, [(partition, error
+    code)])."""
     offsets: dict[TopicPartition, int] = {}
-    errors: list[int] = []
+    errors: list[tuple[TopicPartition, int]] = []
     for topic in response.topics:
         for p in topic.partitions:
             if p.error_code == NONE:
                 offsets[TopicPartition(topic.name, p.partition_index)] = p.offset
             else:
-                errors.append(p.error_code)
+                errors.append((TopicPartition(topic.name, p.partition_index), p.error_code))
     return offsets, errors
 
 
@@ -202,3 +205,51 @@ def parse_finalized_features(response: Any, version: int) -> FinalizedFeatures |
             return None  # impossible levels: the whole answer is not to be trusted
         levels[feature.name] = feature.max_version_level
     return FinalizedFeatures(epoch=epoch, levels=levels)
+
+
+CONSUMER_PROTOCOL_TYPES = frozenset({"consumer", ""})
+"""ListGroups protocol types of groups that commit offsets: "consumer" (subscribing
+consumers) and "" (a "simple" group made by commits without membership). Connect workers'
+groups ("connect") and other protocols keep no offsets."""
+CONSUMER_GROUP_TYPES = frozenset({"classic", "consumer"})
+"""ListGroups v5 `group_type` of consumer groups (KIP-848); share and streams groups differ."""
+
+
+def parse_list_groups(response: Any) -> tuple[int, list[str]]:
+    """ListGroups answer -> (error code, ids of the consumer groups it lists)."""
+    groups: list[str] = []
+    for g in response.groups:
+        group_type = getattr(g, "group_type", None)  # v5+
+        if g.protocol_type not in CONSUMER_PROTOCOL_TYPES:
+            continue
+        if group_type is not None and group_type.lower() not in CONSUMER_GROUP_TYPES:
+            continue
+        groups.append(g.group_id)
+    return response.error_code, groups
+
+
+@dataclass(slots=True)
+class GroupOffsetsAnswer:
+    """One group of an OffsetFetch (v8+) answer."""
+
+    group_id: str
+    error_code: int
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    """Committed offset per partition answered without error (-1: nothing committed)."""
+    errors: list[tuple[TopicPartition, int]] = field(default_factory=list)
+
+
+def parse_offset_fetch_groups(response: Any) -> list[GroupOffsetsAnswer]:
+    """OffsetFetch v8+ answer -> one record per group, per-group and per-partition errors kept."""
+    answers: list[GroupOffsetsAnswer] = []
+    for g in response.groups:
+        answer = GroupOffsetsAnswer(g.group_id, g.error_code)
+        for topic in g.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                if p.error_code == NONE:
+                    answer.offsets[tp] = p.committed_offset
+                else:
+                    answer.errors.append((tp, p.error_code))
+        answers.append(answer)
+    return answers

@@ -1,11 +1,13 @@
 """One poll of one cluster: Metadata -> DescribeProducers -> start times -> thresholds ->
-coordinator view -> LSO lag, gathered into a `ClusterObservation`.
+LSO lag -> coordinator view and, only for partitions with a late transaction, the consumer
+groups' committed offsets, gathered into a `ClusterObservation`.
 
 `ClusterPoller` only wires the phases; each is a collaborator with its own cache
-(`producers`, `start_times`, `broker_config`, `coordinators`, `lso`), and every answer is read
-by the pure parsers of `collect.parse`. `poll()` is synchronous so a scheduler thread can call
-it; inside it runs an asyncio loop the poller owns (connections live on that loop and are
-reused between polls). Errors are kept per partition / per id and never crash the poll.
+(`producers`, `start_times`, `broker_config`, `coordinators`, `lso`, `groups`), and every
+answer is read by the pure parsers of `collect.parse`. `poll()` is synchronous so a
+scheduler thread can call it; inside it runs an asyncio loop the poller owns (connections
+live on that loop and are reused between polls). Errors are kept per partition / per id and
+never crash the poll.
 """
 
 from __future__ import annotations
@@ -15,19 +17,27 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.analyze import classify, next_untracked_polls
+from exporter.analyze import classify, next_untracked_polls, orphaned_transactions
 from exporter.collect.broker_config import BrokerConfigReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
 from exporter.collect.coordinators import CoordinatorReader
-from exporter.collect.lso import LastStableOffsetReader
+from exporter.collect.groups import ConsumerGroupReader
+from exporter.collect.lso import LastStableOffsetReader, StableOffsets
 from exporter.collect.pollstate import ApiSupportLog, PollState, wall_clock_ms
 from exporter.collect.producers import ProducerStateReader
 from exporter.collect.start_times import StartTimeResolver
 from exporter.collect.topic_config import TopicConfigReader
 from exporter.logs import get_logger
-from exporter.model import BrokerStatus, Classification, ClusterObservation, OpenTransaction, TxnKey
-from exporter.rules import effective_max_timeout_ms, is_late, is_orphaned, late_buffer_ms
+from exporter.model import (
+    BrokerStatus,
+    Classification,
+    ClusterObservation,
+    OpenTransaction,
+    TopicPartition,
+    TxnKey,
+)
+from exporter.rules import effective_max_timeout_ms, is_late, late_buffer_ms
 from exporter.settings import ClusterSettings
 
 __all__ = ["ClusterPoller", "wall_clock_ms"]
@@ -53,6 +63,7 @@ class ClusterPoller:
         self._topic_config = TopicConfigReader(self._client, settings)
         self._coordinators = CoordinatorReader(self._client, self._support)
         self._lso = LastStableOffsetReader(self._client)
+        self._groups = ConsumerGroupReader(self._client, self._support)
         self._down_logged: set[int] = set()
         self._seen_open: set[TxnKey] = set()
         """Open transactions of the previous poll: asked about if still open (#orphaned)."""
@@ -82,6 +93,7 @@ class ClusterPoller:
             **self._coordinators.cache_sizes(),
             "seen_open": len(self._seen_open),
             "untracked_polls": len(self._untracked_polls),
+            **self._groups.cache_sizes(),
             "down_logged": len(self._down_logged),
             "unsupported_logged": len(self._support),
         }
@@ -115,9 +127,9 @@ class ClusterPoller:
             self._producers.read(meta, state),
             self._broker_config.refresh(meta, state),
         )
-        open_txns, lso_lag = await asyncio.gather(
+        open_txns, offsets = await asyncio.gather(
             self._start_times.resolve(meta, state),
-            self._lso.lag(state),
+            self._lso.read(state),
         )
         late = self._late_rule(state.now_ms)
         seen_before = self._seen_open
@@ -141,10 +153,12 @@ class ClusterPoller:
         untracked_polls, untracked_unknown = next_untracked_polls(self._untracked_polls, answers)
         self._untracked_polls = untracked_polls
         self._seen_open = {txn.key for txn in open_txns}
-        compacted_topics = await self._topic_config.compacted(
-            {t.topic for t in open_txns if late(t) or is_orphaned(untracked_polls.get(t.key, 0))},
-            meta,
-            state,
+        # Only behind late or orphaned transactions: blocked groups, compacted topics.
+        affected = [*filter(late, open_txns), *orphaned_transactions(open_txns, untracked_polls)]
+        to_look_at, not_comparable = _blocked_group_candidates(affected, offsets)
+        compacted_topics, group_offsets = await asyncio.gather(
+            self._topic_config.compacted({t.topic for t in affected}, meta, state),
+            self._groups.read(to_look_at, not_comparable, meta, state),
         )
 
         return ClusterObservation(
@@ -158,13 +172,16 @@ class ClusterPoller:
             descriptions=coordinator_view.descriptions,
             coordinator_view_complete=coordinator_view.complete,
             transaction_states=coordinator_view.states,
-            last_stable_offset_lag=lso_lag,
+            last_stable_offset_lag=offsets.lag,
             request_errors=tuple(state.request_errors),
             poll_duration_seconds=time.monotonic() - started,
             untracked_polls=untracked_polls,
             untracked_unknown=untracked_unknown,
             finalized_features=self._broker_config.finalized_features(),
             compacted_topics=compacted_topics,
+            high_watermarks=offsets.high_watermarks,
+            last_stable_offsets=offsets.last_stable_offsets,
+            consumer_groups=group_offsets,
         )
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:
@@ -212,3 +229,20 @@ class ClusterPoller:
                 )
             )
         return tuple(statuses)
+
+
+def _blocked_group_candidates(
+    affected: list[OpenTransaction], offsets: StableOffsets
+) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
+    """Partitions of the `affected` (late or orphaned) transactions whose groups need a look
+    (the high watermark is past the LSO: otherwise no group can be stopped there), and those
+    whose LSO could not be read (their groups are unknown)."""
+    look: list[TopicPartition] = []
+    unknown: dict[TopicPartition, str] = {}
+    for tp in {TopicPartition(t.topic, t.partition) for t in affected}:
+        stable = offsets.last_stable_offsets.get(tp)
+        if stable is None:
+            unknown[tp] = offsets.failed.get(tp, "MISSING_FROM_ANSWER")
+        elif offsets.high_watermarks[tp] > stable:
+            look.append(tp)
+    return look, unknown

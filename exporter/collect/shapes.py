@@ -31,6 +31,10 @@ _SPECS: dict[int, Spec] = {
     2: {"topics": [{"name": str, "partitions": list}]},
     3: {"brokers": [{"host": str}],
         "topics": [{"name": (str, _NONE), "partitions": [{"replica_nodes": list}]}]},
+    # OffsetFetch: the exporter asks v8+ only (many groups).
+    9: {"groups": [{"group_id": str,
+                    "topics": [{"name": str, "partitions": list}]}]},
+    16: {"groups": [{"group_id": str, "protocol_type": str}]},
     17: {"mechanisms": [str]},
     18: {"api_keys": list},
     32: {"results": [{"configs": [{"name": str, "value": (str, _NONE)}]}]},

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.admin.configs import DescribeConfigsResponse
+from kafka.protocol.admin.groups import ListGroupsResponse
 from kafka.protocol.admin.transactions import (
     DescribeProducersResponse,
     DescribeTransactionsResponse,
@@ -258,6 +259,10 @@ class FakeCluster:
                 for t in request.topics
             ],
         )
+
+    # ListGroups: this fake cluster has no consumer groups
+    def _api_16(self, ctx: RequestContext, request: Any) -> Any:
+        return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
 
     # DescribeConfigs (BROKER: as the capture's broker, verification off; TOPIC: cleanup.policy)
     def _api_32(self, ctx: RequestContext, request: Any) -> Any:

@@ -3,12 +3,15 @@ Kafka 4.0 captures in tests/data/real-kafka-4.0."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kafka.protocol.admin.configs import DescribeConfigsResponse
+from kafka.protocol.admin.groups import ListGroupsResponse
 from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.consumer.group import OffsetFetchResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
-from simhelpers import capture
+from simhelpers import CAPTURES, capture
 
 from exporter.collect.client import (
     TRANSACTION_MAX_TIMEOUT_CONFIG,
@@ -19,7 +22,10 @@ from exporter.collect.client import (
     parse_metadata,
     parse_transaction_max_timeout_ms,
 )
+from exporter.collect.parse import parse_list_groups, parse_offset_fetch_groups
 from exporter.model import TopicPartition
+
+GROUPS_CAPTURES = CAPTURES.parent / "real-kafka-4.0-groups"
 
 
 def decode(name: str, response_class: Any) -> Any:
@@ -125,3 +131,24 @@ def test_batch_partitions_never_exceeds_batch_size_and_keeps_every_partition() -
     flat = sorted((t, p) for batch in batches for t, ps in batch for p in ps)
     assert flat == sorted((t, p) for t, ps in per_topic.items() for p in ps)
     assert len(batches) == 5
+
+
+def _groups_capture(prefix: str, response_class: Any) -> Any:
+    path = next(GROUPS_CAPTURES.glob(f"{prefix}-*.json"))
+    golden = json.loads(path.read_text())
+    raw = bytes.fromhex(golden["response_hex"])
+    return response_class.decode(raw, version=golden["request_version"], header=True)
+
+
+def test_parse_list_groups_keeps_the_simple_consumer_groups_of_the_real_answer() -> None:
+    code, groups = parse_list_groups(_groups_capture("01", ListGroupsResponse))
+    assert code == 0 and groups == ["grp-lagging", "grp-rc", "grp-ru"]
+
+
+def test_parse_offset_fetch_groups_reads_each_group_of_the_real_v8_answer() -> None:
+    answers = parse_offset_fetch_groups(_groups_capture("08", OffsetFetchResponse))
+    tp0 = TopicPartition("grp-test", 0)
+    assert [(a.group_id, a.error_code, a.offsets[tp0]) for a in answers] == [
+        ("grp-rc", 0, 6), ("grp-ru", 0, 11), ("grp-lagging", 0, 2), ("no-such-group", 0, -1)
+    ]
+    assert all(not a.errors for a in answers)

@@ -1,0 +1,239 @@
+"""Committed offsets of consumer groups on the partitions with a late transaction: which groups
+a late transaction stops (docs/kafka-semantics.md#blocked-groups).
+
+Asked only when some partition has a late transaction, and batched so the cost does not grow
+with the number of groups times partitions one request at a time: ListGroups on every broker
+(each lists the groups it coordinates), one FindCoordinator for all groups (v4+), then
+OffsetFetch v8+ at each coordinator with many groups per request, each restricted to the
+affected partitions. Whatever cannot be read (an API the broker lacks, GROUP_AUTHORIZATION_FAILED,
+a broker down) makes the affected partitions' groups unknown, never "none blocked".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from exporter.collect.client import (
+    ClusterClient,
+    MetadataView,
+    find_group_coordinators_request,
+    gather_settled,
+    list_groups_request,
+    offset_fetch_request,
+    parse_find_coordinator,
+)
+from exporter.collect.connection import CollectError
+from exporter.collect.errors import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    NONE,
+    NOT_COORDINATOR,
+    error_name,
+)
+from exporter.collect.parse import parse_list_groups, parse_offset_fetch_groups
+from exporter.collect.pollstate import (
+    RETRY_DELAY_SECONDS,
+    UNSUPPORTED_API_KIND,
+    ApiSupportLog,
+    PollState,
+)
+from exporter.model import CommittedOffset, ConsumerGroupOffsets, TopicPartition
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+OFFSET_FETCH_MAX_ENTRIES = 10_000
+"""Group x partition entries per OffsetFetch request: keeps each request and answer to a few
+hundred KB however many groups and late partitions there are."""
+_RETRIABLE = frozenset({NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS})
+
+
+@dataclass(slots=True)
+class _Lookup:
+    partitions: list[tuple[str, list[int]]]
+    """The affected partitions, by topic, as OffsetFetch asks for them."""
+    offsets: dict[tuple[str, TopicPartition], int] = field(default_factory=dict)
+    unknown: dict[TopicPartition, str] = field(default_factory=dict)
+
+    def all_unknown(self, detail: str) -> None:
+        for topic, indexes in self.partitions:
+            for p in indexes:
+                self.unknown.setdefault(TopicPartition(topic, p), detail)
+
+
+class ConsumerGroupReader:
+    """Reads the committed offsets; remembers since when each (group, partition) has held the
+    same offset, so a blocked group's duration can be told (Kafka does not report when an
+    offset was committed). That memory holds only (group, partition) pairs read in the latest
+    poll (or left unknown by it), so it is bounded by the groups on late partitions."""
+
+    def __init__(self, client: ClusterClient, support: ApiSupportLog) -> None:
+        self._client = client
+        self._support = support
+        self._seen: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
+        """(group, partition) -> (committed offset, first seen with it, epoch ms)."""
+
+    def cache_sizes(self) -> dict[str, int]:
+        return {"committed_offsets": len(self._seen)}
+
+    async def read(
+        self,
+        partitions: Iterable[TopicPartition],
+        unknown: Mapping[TopicPartition, str],
+        meta: MetadataView,
+        state: PollState,
+    ) -> ConsumerGroupOffsets | None:
+        """Committed offsets of every consumer group on `partitions` (already known to need a
+        look: a late transaction with the high watermark past the LSO). `unknown`: partitions
+        whose offsets could not even be compared (the LSO read failed), carried through.
+        None, and no request at all, when there is no partition to look at."""
+        asked = sorted(set(partitions))
+        if not asked and not unknown:
+            self._seen.clear()
+            return None
+        by_topic: dict[str, list[int]] = {}
+        for tp in asked:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        lookup = _Lookup(list(by_topic.items()))
+        if asked:
+            await self._lookup(lookup, meta, state)
+        lookup.unknown.update(unknown)
+        return ConsumerGroupOffsets(
+            partitions=frozenset(asked) | frozenset(unknown),
+            committed=self._remember(lookup, state.now_ms),
+            unknown=lookup.unknown,
+        )
+
+    async def _lookup(self, lookup: _Lookup, meta: MetadataView, state: PollState) -> None:
+        listed = await asyncio.gather(*(self._list_at(b, state) for b in sorted(meta.brokers)))
+        groups: set[str] = set()
+        for result in listed:
+            if isinstance(result, str):
+                lookup.all_unknown(result)
+            else:
+                groups.update(result)
+        # A __consumer_offsets partition without a leader: its coordinator is not listing.
+        if any(tp.topic == CONSUMER_OFFSETS_TOPIC for tp in meta.leaderless):
+            lookup.all_unknown("LEADER_NOT_AVAILABLE")
+        pending = sorted(groups)
+        for attempt in range(2):
+            if not pending:
+                return
+            coordinators = await self._find_coordinators(pending, lookup, meta, state)
+            by_coordinator: dict[int, list[str]] = {}
+            for group_id, node in coordinators.items():
+                by_coordinator.setdefault(node, []).append(group_id)
+            retries = await asyncio.gather(
+                *(
+                    self._fetch_at(node, ids, lookup, state, last=attempt == 1)
+                    for node, ids in sorted(by_coordinator.items())
+                )
+            )
+            pending = sorted(g for retry in retries for g in retry)
+            if pending and attempt == 0:
+                await asyncio.sleep(RETRY_DELAY_SECONDS)
+
+    async def _list_at(self, broker_id: int, state: PollState) -> list[str] | str:
+        """The consumer groups this broker coordinates, or why they are unknown."""
+        try:
+            response = await self._client.send(broker_id, list_groups_request())
+        except CollectError as exc:
+            state.error(broker_id, "ListGroups", exc.kind)
+            return exc.kind
+        code, groups = parse_list_groups(response)
+        if code != NONE:
+            state.error(broker_id, "ListGroups", error_name(code))
+            return error_name(code)
+        return groups
+
+    async def _find_coordinators(
+        self, group_ids: list[str], lookup: _Lookup, meta: MetadataView, state: PollState
+    ) -> dict[str, int]:
+        broker = next((b for b in sorted(meta.brokers) if b not in self._client.down), None)
+        if broker is None:
+            lookup.all_unknown("BROKER_UNREACHABLE")
+            return {}
+        try:
+            response = await self._client.send(broker, find_group_coordinators_request(group_ids))
+        except CollectError as exc:
+            if exc.kind == UNSUPPORTED_API_KIND:
+                self._support.unsupported(broker, "FindCoordinator v4")
+            else:
+                state.error(broker, "FindCoordinator", exc.kind)
+            lookup.all_unknown(exc.kind)
+            return {}
+        found: dict[str, int] = {}
+        answered: set[str] = set()
+        for group_id, node_id, code in parse_find_coordinator(response, None):
+            answered.add(group_id)
+            if code == NONE and node_id >= 0:
+                found[group_id] = node_id
+            else:
+                name = error_name(code) if code != NONE else "COORDINATOR_NOT_AVAILABLE"
+                state.error(broker, "FindCoordinator", name)
+                lookup.all_unknown(name)
+        if not answered.issuperset(group_ids):
+            lookup.all_unknown("MISSING_FROM_ANSWER")  # a key the answer left out
+        return found
+
+    async def _fetch_at(
+        self,
+        coordinator: int,
+        group_ids: list[str],
+        lookup: _Lookup,
+        state: PollState,
+        *,
+        last: bool,
+    ) -> list[str]:
+        """OffsetFetch at one coordinator; returns the groups worth one more lookup (moved or
+        loading), unless this is the `last` try."""
+        size = sum(len(indexes) for _, indexes in lookup.partitions)
+        per_request = max(1, OFFSET_FETCH_MAX_ENTRIES // max(1, size))
+        chunks = [group_ids[i : i + per_request] for i in range(0, len(group_ids), per_request)]
+        results = await gather_settled(
+            *(
+                self._client.send(coordinator, offset_fetch_request(chunk, lookup.partitions))
+                for chunk in chunks
+            )
+        )
+        retry: list[str] = []
+        for result in results:
+            if isinstance(result, CollectError):
+                if result.kind == UNSUPPORTED_API_KIND:
+                    self._support.unsupported(coordinator, "OffsetFetch v8")
+                else:
+                    state.error(coordinator, "OffsetFetch", result.kind)
+                lookup.all_unknown(result.kind)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            for answer in parse_offset_fetch_groups(result):
+                if answer.error_code != NONE:
+                    state.error(coordinator, "OffsetFetch", error_name(answer.error_code))
+                    if answer.error_code in _RETRIABLE and not last:
+                        retry.append(answer.group_id)
+                    else:
+                        lookup.all_unknown(error_name(answer.error_code))
+                    continue
+                for tp, code in answer.errors:
+                    state.error(coordinator, "OffsetFetch", error_name(code))
+                    lookup.unknown.setdefault(tp, error_name(code))
+                for tp, offset in answer.offsets.items():
+                    if offset >= 0:  # -1: nothing committed on that partition
+                        lookup.offsets[(answer.group_id, tp)] = offset
+        return retry
+
+    def _remember(self, lookup: _Lookup, now_ms: int) -> tuple[CommittedOffset, ...]:
+        seen: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
+        committed: list[CommittedOffset] = []
+        for key, offset in sorted(lookup.offsets.items()):
+            previous = self._seen.get(key)
+            first_seen = previous[1] if previous is not None and previous[0] == offset else now_ms
+            seen[key] = (offset, first_seen)
+            group_id, tp = key
+            committed.append(CommittedOffset(group_id, tp.topic, tp.partition, offset, first_seen))
+        # A (group, partition) left unknown this poll keeps its memory for the next one.
+        for key, value in self._seen.items():
+            if key not in seen and key[1] in lookup.unknown:
+                seen[key] = value
+        self._seen = seen
+        return tuple(committed)

@@ -1,0 +1,179 @@
+"""Blocked consumer groups, end to end against the simulator (issue 17 item 1).
+
+The scenario is the groups capture's (tests/data/real-kafka-4.0-groups/README.md) on three
+brokers: on grp-test-0 a committed transaction, a hanging one (backdated 1 h: late on the first
+poll), a committed one after it; then grp-rc (read_committed) stops at the LSO, grp-ru
+(read_uncommitted) reaches the high watermark and grp-lagging commits offset 2. Only grp-rc is
+blocked (docs/kafka-semantics.md#blocked-groups). Requests are counted where the brokers see
+them (the simulator's router), so "no group request without a late transaction" is checked on
+the wire.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.consumer import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    commit_offset,
+    consume_and_commit,
+)
+from kafka_sim.producer import committed_transaction, hanging_transaction, open_transaction
+from simhelpers import CAPTURE_BROKER_CONFIG, poll_env
+
+from exporter.model import UnobservedReason
+
+TOPIC = "grp-test"
+QUIET_TOPIC = "quiet"
+HANG_BACKDATE_MS = 3_600_000
+LAGGING_OFFSET = 2
+LIST_GROUPS, OFFSET_FETCH, FIND_COORDINATOR = 16, 9, 10
+
+
+class RequestLog:
+    """Counts the requests the brokers answer, by API key (and FindCoordinator key type)."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.counts: Counter[tuple[int, int | None]] = Counter()
+        router = sim.router
+        handle = router.handle
+
+        def counting(ctx: Any, request: Any) -> Any:
+            finding = ctx.api_key == FIND_COORDINATOR
+            key_type = getattr(request, "key_type", None) if finding else None
+            self.counts[(ctx.api_key, key_type)] += 1
+            return handle(ctx, request)
+
+        router.handle = counting
+
+    def group_requests(self) -> int:
+        return (
+            self.counts[(LIST_GROUPS, None)]
+            + self.counts[(OFFSET_FETCH, None)]
+            + self.counts[(FIND_COORDINATOR, 0)]
+        )
+
+
+def _consume_groups(bootstrap: str) -> dict[str, int]:
+    committed = {}
+    for group, isolation in (("grp-rc", READ_COMMITTED), ("grp-ru", READ_UNCOMMITTED)):
+        committed[group] = consume_and_commit(
+            bootstrap, group, TOPIC, 0, isolation_level=isolation
+        ).committed_offset
+    commit_offset(bootstrap, "grp-lagging", TOPIC, 0, LAGGING_OFFSET)
+    return committed
+
+
+@pytest.fixture(scope="module")
+def blocked_sim() -> Iterator[tuple[SimCluster, dict[str, int], int]]:
+    with SimCluster(
+        brokers=3, topics={TOPIC: 3}, broker_config=CAPTURE_BROKER_CONFIG
+    ) as sim:
+        b = sim.bootstrap_servers
+        committed_transaction(b, "grp-commit-1", TOPIC, {0: 5})
+        _, _, hang_offset = hanging_transaction(
+            b, "grp-hang", TOPIC, 0, backdate_ms=HANG_BACKDATE_MS
+        )
+        committed_transaction(b, "grp-commit-2", TOPIC, {0: 3})
+        yield sim, _consume_groups(b), hang_offset
+
+
+def test_read_committed_group_is_blocked_and_the_others_are_not(
+    blocked_sim: tuple[SimCluster, dict[str, int], int],
+) -> None:
+    sim, committed, hang_offset = blocked_sim
+    # The scenario itself: grp-rc stopped at the hanging transaction's start offset (the LSO),
+    # grp-ru read past it, grp-lagging sits below it.
+    assert committed["grp-rc"] == hang_offset
+    assert committed["grp-ru"] > hang_offset
+    with poll_env(sim, "groups") as env:
+        obs, snap = env.poll()
+    tp = next(iter(obs.last_stable_offsets))
+    assert obs.last_stable_offsets[tp] == hang_offset < obs.high_watermarks[tp]
+    (late,) = snap.late_transactions
+    assert late.transaction.current_txn_start_offset == hang_offset
+    assert late.blocked_groups_unknown is None
+    assert [(g.group_id, g.topic, g.partition, g.committed_offset)
+            for g in late.blocked_groups] == [("grp-rc", TOPIC, 0, hang_offset)]
+    assert snap.blocked_groups_unknown_by_reason == {}
+    # All three groups were read; grp-ru and grp-lagging are simply not at the LSO.
+    assert obs.consumer_groups is not None
+    read = {(c.group_id, c.offset) for c in obs.consumer_groups.committed}
+    assert read == {("grp-rc", hang_offset), ("grp-ru", committed["grp-ru"]),
+                    ("grp-lagging", LAGGING_OFFSET)}
+
+
+def test_blocked_seconds_grow_from_when_the_exporter_first_saw_the_group_there(
+    blocked_sim: tuple[SimCluster, dict[str, int], int],
+) -> None:
+    sim, _, _ = blocked_sim
+    with poll_env(sim, "groups-duration") as env:
+        _, first = env.poll()
+        sim.call(sim.clock.advance, 90_000)
+        _, second = env.poll()
+    (g1,) = first.late_transactions[0].blocked_groups
+    (g2,) = second.late_transactions[0].blocked_groups
+    assert g1.blocked_seconds == 0.0
+    assert g2.blocked_seconds == pytest.approx(90.0, abs=1.0)
+    # Never more than the transaction has been open: it is a lower bound of the wait.
+    assert g2.blocked_seconds < second.late_transactions[0].age_seconds
+
+
+def test_group_requests_are_batched_and_bounded(
+    blocked_sim: tuple[SimCluster, dict[str, int], int],
+) -> None:
+    sim, _, _ = blocked_sim
+    log = RequestLog(sim)
+    with poll_env(sim, "groups-count") as env:
+        env.poll()
+        log.counts.clear()
+        _, snap = env.poll()
+    assert snap.late_transactions[0].blocked_groups
+    brokers = len(sim.node_ids)
+    assert log.counts[(LIST_GROUPS, None)] == brokers  # one per broker
+    assert log.counts[(FIND_COORDINATOR, 0)] == 1  # every group in one request
+    coordinators = len({sim.call(sim.state.group_coordinator, g)[0]
+                        for g in ("grp-rc", "grp-ru", "grp-lagging")})
+    assert log.counts[(OFFSET_FETCH, None)] == coordinators  # many groups per request
+
+
+def test_unauthorized_group_makes_the_count_unknown_not_zero(
+    blocked_sim: tuple[SimCluster, dict[str, int], int],
+) -> None:
+    sim, _, _ = blocked_sim
+    sim.deny_group("User:ANONYMOUS", "grp-lagging", "DESCRIBE")
+    try:
+        with poll_env(sim, "groups-denied") as env:
+            _, snap = env.poll()
+    finally:
+        sim.call(sim.state.denied_groups.clear)
+    (late,) = snap.late_transactions
+    assert late.blocked_groups_unknown == UnobservedReason.UNAUTHORIZED.value
+    assert late.blocked_groups == ()
+    assert snap.blocked_groups_unknown_by_reason == {"unauthorized": 1}
+    errors = {(e.api, e.error) for e in snap.request_errors}
+    assert ("FindCoordinator", "GROUP_AUTHORIZATION_FAILED") in errors
+
+
+def test_no_group_request_without_a_late_transaction() -> None:
+    with SimCluster(brokers=3, topics={QUIET_TOPIC: 2}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        b = sim.bootstrap_servers
+        committed_transaction(b, "quiet-commit", QUIET_TOPIC, {0: 2})
+        txn = open_transaction(b, "quiet-open", QUIET_TOPIC, [1], transaction_timeout_ms=60_000)
+        try:
+            commit_offset(b, "quiet-readers", QUIET_TOPIC, 0, 1)
+            log = RequestLog(sim)
+            with poll_env(sim, "quiet") as env:
+                obs, snap = env.poll()
+                obs2, _ = env.poll()
+        finally:
+            txn.close_quietly()
+    assert obs.open_transactions and not snap.late_transactions
+    assert obs.consumer_groups is None and obs2.consumer_groups is None
+    assert log.counts[(2, None)] > 0  # the LSO is still read (same requests as before)
+    assert log.group_requests() == 0
