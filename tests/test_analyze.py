@@ -496,3 +496,14 @@ def test_unreadable_groups_are_unknown_with_a_reason_never_none_blocked() -> Non
                          partitions=frozenset({GROUP_TP}),
                          unknown={GROUP_TP: "BROKER_UNREACHABLE"}))
     assert blocked_groups(t, no_lso)[1] is UnobservedReason.BROKER_DOWN
+
+
+def test_an_orphaned_transaction_not_yet_late_reports_the_groups_it_blocks() -> None:
+    young = txn(age_ms=MINUTE_MS, start_offset=6)
+    obs = replace(groups_obs(young, committed=(("rc", 6, NOW_MS),)),
+                  untracked_polls={young.key: 2})
+    snap = analyze(obs, SETTINGS)
+    assert snap.late_transactions == ()
+    (orphan,) = snap.orphaned_transactions
+    assert [g.group_id for g in orphan.blocked_groups] == ["rc"]
+    assert orphan.blocked_groups_unknown is None
