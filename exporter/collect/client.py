@@ -27,7 +27,6 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka.protocol.consumer.group import OffsetFetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest, MetadataResponse
 from kafka.record.memory_records import MemoryRecords
@@ -522,9 +521,13 @@ def offset_fetch_request(
     group_ids: Sequence[str], partitions: Sequence[tuple[str, Sequence[int]]]
 ) -> Callable[[BrokerConnection], Any]:
     """OffsetFetch v8+ for many groups, each asked only about `partitions` (topic, indexes);
-    require_stable false: the last committed offset, even with a transactional commit pending."""
+    require_stable false: the last committed offset, even with a transactional commit pending.
+    kafka-python's group module is imported here, not at start-up: it also holds the consumer
+    group client's messages, and only a poll with a late transaction needs it."""
 
     def build(connection: BrokerConnection) -> Any:
+        from kafka.protocol.consumer.group import OffsetFetchRequest
+
         version = connection.version_for(OffsetFetchRequest, max_version=OFFSET_FETCH_MAX_VERSION)
         if version < OFFSET_FETCH_MIN_VERSION:
             raise UnsupportedApi("OffsetFetch v8+ needed for many groups per request")

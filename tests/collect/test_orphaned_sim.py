@@ -102,7 +102,9 @@ def test_injected_hanging_transactions_are_orphaned_two_polls_after_first_seen(
     leaders = {i: env.leader("t", i) for i in range(4)}
     expected = Counter(leaders.values())
     assert orphaned_by_broker(snap) == {b: expected.get(b, 0) for b in env.sim.node_ids}
-    healthy.commit()
+    # Not committed: 3.5 simulated minutes exceed its 60 s timeout, so whether the coordinator
+    # has already aborted it (and fences the commit) depends on when its timer ran.
+    healthy.close_quietly()
 
 
 def test_a_transaction_seen_once_costs_no_coordinator_request(env: PollEnv) -> None:
