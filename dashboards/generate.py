@@ -63,6 +63,7 @@ SECONDS = "s"
 COUNT = "short"
 OFFSETS = "short"
 TIMESTAMP = "dateTimeAsIso"
+FLAG = "none"
 
 GREEN = "green"
 RED = "red"
@@ -831,7 +832,125 @@ def overview_dashboard() -> dash_m.Dashboard:
             height=6,
         )
     )
+    board = _exposure_row(board, ids)
     return board.build()
+
+
+def _flag_table(
+    ids: _Ids,
+    title: str,
+    description: str,
+    expr: str,
+    labels: Sequence[str],
+    value_name: str,
+    texts: tuple[tuple[str, str, str], ...],
+    no_value: str,
+) -> table_b.Panel:
+    """A table of 0/1 flags per `labels`, each value shown as a coloured word."""
+    return (
+        table_b.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .with_target(_query(expr, instant=True, table_format=True))
+        .unit(FLAG)
+        .with_transformation(
+            dash_m.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {name: i for i, name in enumerate((*labels, "Value"))},
+                    "renameByName": {"Value": value_name},
+                },
+            )
+        )
+        .filterable(True)
+        .override_by_name(
+            value_name,
+            [
+                dash_m.DynamicConfigValue(
+                    id_val="custom.cellOptions", value={"type": "color-text"}
+                ),
+                dash_m.DynamicConfigValue(
+                    id_val="mappings",
+                    value=[
+                        dash_m.ValueMap(
+                            options={
+                                value: dash_m.ValueMappingResult(text=text, color=color,
+                                                                 index=i)
+                                for i, (value, text, color) in enumerate(texts)
+                            }
+                        )
+                    ],
+                ),
+            ],
+        )
+        .no_value(no_value)
+        .span(8)
+        .height(7)
+    )
+
+
+def _exposure_row(board: dash_b.Dashboard, ids: _Ids) -> dash_b.Dashboard:
+    """Where hanging transactions can still be created, and where a late one also stops
+    compaction (docs/kafka-semantics.md#exposure). Informational: no alert pages on it."""
+    board = board.with_row(dash_b.Row("Which clusters are exposed?").id(ids()))
+    board = board.with_panel(
+        _stat(
+            ids,
+            "Finalized transaction.version",
+            "The cluster's finalized transaction.version feature level (ApiVersions). 2 "
+            "(KIP-890 part 2, Kafka 4.0) lets brokers add partitions to a transaction "
+            "themselves; below 2 (orange) producers still do it and a partition never added "
+            "can hang wherever partition verification is off. 0 means not finalized. Empty: "
+            "no broker reports finalized features (ZooKeeper mode or Kafka before 2.7). Level "
+            "2 does not protect producers that use the old protocol: check the verification "
+            "panel too.",
+            f"max by (cluster) (kafka_finalized_transaction_version{{{CLUSTER}}})",
+            "{{cluster}}",
+            COUNT,
+            _thresholds((None, ORANGE), (2, GREEN)),
+            width=8,
+            height=7,
+            no_value="Unknown",
+        )
+    )
+    board = board.with_panel(
+        _flag_table(
+            ids,
+            "Partition verification by broker",
+            "Each broker's transaction.partition.verification.enable (KIP-890 part 1, Kafka "
+            "3.6+, default true). disabled (orange): the broker appends a transactional "
+            "Produce to a partition the coordinator never added, which is how hanging "
+            "transactions are made. A broker missing here is unknown: down, DescribeConfigs "
+            "refused (see request errors), or older than 3.6 (no verification at all; the "
+            "exporter's status page says which).",
+            "max by (cluster, broker) "
+            f"(kafka_transaction_partition_verification_enabled{{{CLUSTER}}})",
+            ("cluster", "broker"),
+            "verification",
+            (("1", "enabled", GREEN), ("0", "disabled", ORANGE)),
+            "No broker reported it",
+        )
+    )
+    board = board.with_panel(
+        _flag_table(
+            ids,
+            "Compacted topics with late or orphaned transactions",
+            "For each topic holding a late or orphaned transaction, whether its "
+            "cleanup.policy includes compact. The log cleaner stops at the last stable "
+            "offset, so on a compacted topic a hanging transaction also stops compaction and "
+            "the log grows until it is aborted. A topic missing here while it has a late "
+            "transaction is unknown (DescribeConfigs on the topic refused).",
+            f"max by (cluster, topic) (kafka_topic_compacted{{{CLUSTER}}})",
+            ("cluster", "topic"),
+            "cleanup.policy",
+            (("1", "compacted", RED), ("0", "not compacted", BLUE)),
+            "No late or orphaned transactions",
+        )
+    )
+    return board
 
 
 # --------------------------------------------------------------------------------------------

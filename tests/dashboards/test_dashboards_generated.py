@@ -129,3 +129,19 @@ def test_checked_in_dashboards_and_chart_files_are_fresh() -> None:
     """`--check` without --out-dir covers dashboards/ and the chart's files/ (rules template)."""
     result = _generate("--check")
     assert result.returncode == 0, result.stderr
+
+
+def test_overview_has_an_exposure_row_with_the_three_flags() -> None:
+    board = json.loads(DASHBOARDS["overview"].read_text(encoding="utf-8"))
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows[-1] == "Which clusters are exposed?"
+    by_title = {p["title"]: p for p in _panels(board)}
+    version = by_title["Finalized transaction.version"]
+    assert "kafka_finalized_transaction_version" in version["targets"][0]["expr"]
+    steps = version["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1] == {"color": "green", "value": 2}, "only level 2 is green"
+    verification = by_title["Partition verification by broker"]
+    assert "kafka_transaction_partition_verification_enabled" in (
+        verification["targets"][0]["expr"])
+    compacted = by_title["Compacted topics with late or orphaned transactions"]
+    assert "kafka_topic_compacted" in compacted["targets"][0]["expr"]
