@@ -24,12 +24,15 @@ Run: python benchmarks/bench_poll.py                 # 10 brokers x 20k, then th
      python benchmarks/bench_poll.py --no-sweep      # only the comparison
      python benchmarks/bench_poll.py --baseline-tree DIR   # this tree's poller vs the one in
                                                      # DIR (e.g. a checkout of main), same sim
+     python benchmarks/bench_poll.py --gc-freeze     # this tree's poller with and without
+                                                     # gc.freeze() after the cold poll
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import os
@@ -127,7 +130,9 @@ class _Meter:
         }
 
 
-def poll_ours(bootstrap: str, polls: int, profile_path: str | None) -> dict[str, Any]:
+def poll_ours(
+    bootstrap: str, polls: int, profile_path: str | None, gc_freeze: bool = False
+) -> dict[str, Any]:
     import structlog
 
     from exporter.analyze import analyze
@@ -143,13 +148,13 @@ def poll_ours(bootstrap: str, polls: int, profile_path: str | None) -> dict[str,
     poller = ClusterPoller(settings)
     store = SnapshotStore([settings])
     phases: list[dict[str, Any]] = []
-    observation: Any = None
+    counts: dict[str, int] = {}
     profiler: Any = None
     if profile_path:
         import cProfile
 
         profiler = cProfile.Profile()
-    for _ in range(polls):
+    for i in range(polls):
         meter = _Meter()
         if profiler is not None:
             profiler.enable()
@@ -158,6 +163,13 @@ def poll_ours(bootstrap: str, polls: int, profile_path: str | None) -> dict[str,
         if profiler is not None:
             profiler.disable()
         phases.append(meter.stop())
+        counts = _observation_counts(observation)
+        # The next poll runs without this observation, as in the daemon (its scheduler drops
+        # it once published; the store keeps the snapshot): peak RSS is the poller's own.
+        del observation
+        if i == 0 and gc_freeze:
+            gc.freeze()  # as `serve` would after start-up (the what-if of --gc-freeze)
+    hwm_after_polls = common.hwm_mib()
     # A warm poll whose Metadata answer changed (a leader moved, a topic was created): the
     # client's parse of the last answer is dropped, so Metadata is decoded and parsed again.
     poller._client._last_full_metadata = None
@@ -167,19 +179,26 @@ def poll_ours(bootstrap: str, polls: int, profile_path: str | None) -> dict[str,
     poller.close()
     if profiler is not None:
         profiler.dump_stats(profile_path)
-    o = observation
-    late = [
-        t for t in o.open_transactions
-        if o.observed_at_ms - t.start_time_ms
-        > (o.brokers[0].transaction_max_timeout_ms or 900_000) + LATE_BUFFER_MS
-    ]
     return {
         "client": "ours",
         "calls": OURS_CALLS,
         "polls": phases,
         "metadata_reparsed": metadata_reparsed,
         "rss_before_mib": round(rss_before, 1),
+        "hwm_mib_after_polls": round(hwm_after_polls, 1),
         "hwm_mib": round(common.hwm_mib(), 1),
+        "gc_freeze": gc_freeze,
+        **counts,
+    }
+
+
+def _observation_counts(o: Any) -> dict[str, int]:
+    late = [
+        t for t in o.open_transactions
+        if o.observed_at_ms - t.start_time_ms
+        > (o.brokers[0].transaction_max_timeout_ms or 900_000) + LATE_BUFFER_MS
+    ]
+    return {
         "partitions": len(o.leaders),
         "open_transactions": len(o.open_transactions),
         "partitions_with_open_txn": len({(t.topic, t.partition) for t in o.open_transactions}),
@@ -315,18 +334,24 @@ def measure(
 
 
 def compare_trees(
-    baseline_tree: Path, brokers: int, partitions: int, latency_ms: int, polls: int, repeat: int
+    baseline_tree: Path | None, brokers: int, partitions: int, latency_ms: int, polls: int,
+    repeat: int, gc_freeze_side: bool = False,
 ) -> dict[str, Any]:
-    """Our poller from this tree vs from `baseline_tree` (another checkout), same sim process,
-    runs interleaved so that load changes hit both sides alike; ratio = this / baseline."""
-    baseline_script = baseline_tree.resolve() / "benchmarks" / SCRIPT.name
-    runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
+    """Our poller from this tree vs from `baseline_tree` (another checkout) and/or vs this
+    tree with `gc.freeze()` after the cold poll; same sim process, runs interleaved (the order
+    rotates) so that load changes hit every side alike; ratio = side / this."""
+    sides: list[tuple[str, Path, list[str]]] = [("this", SCRIPT, [])]
+    if baseline_tree is not None:
+        sides.append(("baseline", baseline_tree.resolve() / "benchmarks" / SCRIPT.name, []))
+    if gc_freeze_side:
+        sides.append(("this_gc_freeze", SCRIPT, ["--gc-freeze"]))
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side, _, _ in sides}
     with sim_server(brokers, partitions, latency_ms) as sim:
-        sides = [("this", SCRIPT), ("baseline", baseline_script)]
         for i in range(repeat):
-            for side, script in sides if i % 2 == 0 else sides[::-1]:  # neither always first
+            for side, script, extra in sides[i % len(sides):] + sides[:i % len(sides)]:
                 runs[side].append(common.run_child(
-                    script, ["ours", "--bootstrap", sim["bootstrap"], "--polls", str(polls)]
+                    script,
+                    ["ours", "--bootstrap", sim["bootstrap"], "--polls", str(polls), *extra],
                 ))
     result: dict[str, Any] = {
         "bench": "poll_vs_baseline_tree",
@@ -339,16 +364,29 @@ def compare_trees(
     for side, records in runs.items():
         for i, name in enumerate(("cold", "warm")[:polls]):
             for key in ("wall_seconds", "cpu_seconds"):
-                result[f"{side}_{name}_{key}"] = round(
-                    statistics.median(r["polls"][i][key] for r in records), 4)
+                values = [r["polls"][i][key] for r in records]
+                result[f"{side}_{name}_{key}"] = round(statistics.median(values), 4)
+                result[f"{side}_{name}_{key}_all"] = values
+            result[f"{side}_{name}_cpu_us_per_partition"] = round(
+                result[f"{side}_{name}_cpu_seconds"] / partitions * 1e6, 2)
+        for key in ("wall_seconds", "cpu_seconds"):
+            result[f"{side}_metadata_reparsed_{key}"] = round(
+                statistics.median(r["metadata_reparsed"][key] for r in records), 4)
         result[f"{side}_hwm_mib"] = max(r["hwm_mib"] for r in records)
+        if all("hwm_mib_after_polls" in r for r in records):
+            result[f"{side}_hwm_mib_after_polls"] = max(r["hwm_mib_after_polls"] for r in records)
         result[f"{side}_rss_before_mib"] = max(r["rss_before_mib"] for r in records)
         result[f"{side}_open_transactions"] = records[0]["open_transactions"]
-    for name in ("cold", "warm")[:polls]:
-        for key in ("wall_seconds", "cpu_seconds"):
-            result[f"ratio_{name}_{key}"] = common.ratio(
-                result[f"this_{name}_{key}"], result[f"baseline_{name}_{key}"])
-    result["ratio_peak_rss"] = common.ratio(result["this_hwm_mib"], result["baseline_hwm_mib"])
+        result[f"{side}_request_errors"] = max(r["request_errors"] for r in records)
+    for side in runs:
+        if side == "this":
+            continue
+        for name in ("cold", "warm")[:polls]:
+            for key in ("wall_seconds", "cpu_seconds"):
+                result[f"ratio_{side}_{name}_{key}"] = common.ratio(
+                    result[f"{side}_{name}_{key}"], result[f"this_{name}_{key}"])
+        result[f"ratio_{side}_peak_rss"] = common.ratio(
+            result[f"{side}_hwm_mib"], result["this_hwm_mib"])
     return result
 
 
@@ -480,11 +518,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", help="write a cProfile of our poller's polls here")
     parser.add_argument("--baseline-tree", type=Path,
                         help="compare this tree's poller with the one in this checkout only")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="also run this tree's poller with gc.freeze() after its cold "
+                        "poll, interleaved with the runs without (what-if)")
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.brokers, args.partitions, args.latency_ms)
     if args.child == "ours":
-        common.emit(poll_ours(args.bootstrap, args.polls, args.profile))
+        common.emit(poll_ours(args.bootstrap, args.polls, args.profile, args.gc_freeze))
         return 0
     if args.child == "kafka-python":
         common.emit(poll_kafka_python(args.bootstrap, args.polls))
@@ -492,9 +533,9 @@ def main(argv: list[str]) -> int:
 
     machine = common.machine_info()
     print(f"machine: {machine}")
-    if args.baseline_tree is not None:
+    if args.baseline_tree is not None or args.gc_freeze:
         result = compare_trees(args.baseline_tree, args.brokers, args.partitions,
-                               args.latency_ms, args.polls, args.repeat)
+                               args.latency_ms, args.polls, args.repeat, args.gc_freeze)
         result["machine"] = machine
         result["load_average_after"] = common.load_average()
         common.emit(result)

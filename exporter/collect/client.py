@@ -13,7 +13,8 @@ import gc
 import struct
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -77,15 +78,19 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 @dataclass(slots=True)
 class MetadataView:
-    """What Metadata said: brokers, the leader of each partition, topic ids."""
+    """What Metadata said: brokers, the leader of each partition, topic ids.
 
-    brokers: dict[int, tuple[str, int]]
-    leaders: dict[TopicPartition, int]
-    by_leader: dict[int, dict[str, list[int]]]
+    Its mappings may be shared with the client's parse of the previous answer and with the
+    observations built from it (read-only types, so mypy catches a write): a poll that must
+    change one (NOT_LEADER_OR_FOLLOWER re-routing) puts a new mapping on its own view."""
+
+    brokers: Mapping[int, tuple[str, int]]
+    leaders: Mapping[TopicPartition, int]
+    by_leader: Mapping[int, Mapping[str, Sequence[int]]]
     """leader id -> topic -> partition indexes (grouped for batching)."""
-    topic_ids: dict[str, uuid.UUID]
-    leaderless: dict[TopicPartition, str] = field(default_factory=dict)
-    replica_ids: set[int] = field(default_factory=set)
+    topic_ids: Mapping[str, uuid.UUID]
+    leaderless: Mapping[TopicPartition, str] = field(default_factory=dict)
+    replica_ids: AbstractSet[int] = field(default_factory=frozenset)
     """Every broker named as a replica: a dead broker leaves `brokers` but stays here."""
 
 
@@ -213,10 +218,10 @@ class ClusterClient:
         identity = metadata_identity(payload, version)
         cached = self._last_full_metadata
         if cached is not None and cached[0] == version and cached[1] == identity:
-            return _copy_view(cached[2])
+            return _share_view(cached[2])
         view = _decode_metadata(payload, version)
-        self._last_full_metadata = (version, identity, _copy_view(view))
-        return view
+        self._last_full_metadata = (version, identity, view)
+        return _share_view(view)
 
     async def close(self) -> None:
         await self.pool.close()
@@ -239,18 +244,12 @@ def _decode_metadata(payload: bytes, version: int) -> MetadataView:
             gc.enable()
 
 
-def _copy_view(view: MetadataView) -> MetadataView:
-    """A copy a poll may mutate (it re-routes leaders) without touching the cached one."""
+def _share_view(view: MetadataView) -> MetadataView:
+    """A view of its own for one poll, sharing the (read-only) mappings of `view`: a poll
+    that re-routes replaces a mapping on its view, never writes into the shared one."""
     return MetadataView(
-        brokers=dict(view.brokers),
-        leaders=dict(view.leaders),
-        by_leader={
-            leader: {topic: list(ps) for topic, ps in per_topic.items()}
-            for leader, per_topic in view.by_leader.items()
-        },
-        topic_ids=dict(view.topic_ids),
-        leaderless=dict(view.leaderless),
-        replica_ids=set(view.replica_ids),
+        view.brokers, view.leaders, view.by_leader, view.topic_ids, view.leaderless,
+        view.replica_ids,
     )
 
 
@@ -347,11 +346,11 @@ def _parse_lean_metadata(response: LeanMetadataResponse) -> MetadataView:
 
 
 def batch_partitions(
-    per_topic: dict[str, list[int]], batch_size: int
-) -> list[list[tuple[str, list[int]]]]:
+    per_topic: Mapping[str, Sequence[int]], batch_size: int
+) -> list[list[tuple[str, Sequence[int]]]]:
     """Split topic -> partitions into requests of at most `batch_size` partitions."""
-    batches: list[list[tuple[str, list[int]]]] = []
-    current: list[tuple[str, list[int]]] = []
+    batches: list[list[tuple[str, Sequence[int]]]] = []
+    current: list[tuple[str, Sequence[int]]] = []
     room = batch_size
     for topic, partitions in per_topic.items():
         start = 0

@@ -5,6 +5,7 @@ partitions whose leadership moved since Metadata. Every partition asked for ends
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 
 from kafka.protocol.admin.transactions import DescribeProducersResponse
 
@@ -58,19 +59,23 @@ class ProducerStateReader:
                 state.unobserved[tp] = "NOT_LEADER_OR_FOLLOWER"
             return
         by_leader: dict[int, dict[str, list[int]]] = {}
+        # New mappings on this poll's view: the old ones may be shared with the client's
+        # parse of the last Metadata answer, which the next poll may reuse (never written).
+        leaders = dict(meta.leaders)
         for tp in sorted(retry):
             leader = fresh.leaders.get(tp, -1)
             if leader < 0:
                 state.unobserved[tp] = "LEADER_NOT_AVAILABLE"
                 continue
-            meta.leaders[tp] = leader
+            leaders[tp] = leader
             by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
-        meta.brokers.update(fresh.brokers)
+        meta.leaders = leaders
+        meta.brokers = {**meta.brokers, **fresh.brokers}
         await self._round(by_leader, state, retry_allowed=False)
 
     async def _round(
         self,
-        by_leader: dict[int, dict[str, list[int]]],
+        by_leader: Mapping[int, Mapping[str, Sequence[int]]],
         state: PollState,
         retry_allowed: bool,
     ) -> list[TopicPartition]:
@@ -88,7 +93,7 @@ class ProducerStateReader:
     async def _batch(
         self,
         leader: int,
-        batch: list[tuple[str, list[int]]],
+        batch: list[tuple[str, Sequence[int]]],
         state: PollState,
         retry_allowed: bool,
     ) -> list[TopicPartition]:

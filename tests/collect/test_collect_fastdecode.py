@@ -268,8 +268,9 @@ def test_client_reuses_an_unchanged_metadata_parse_and_sees_a_new_leader() -> No
     client = ClusterClient(ClusterSettings(name="c", bootstrap_servers=("h:9092",)))
     first = client._decode_full_metadata(_metadata_payload(1, 0, leader_of_p1=2), 13)
     again = client._decode_full_metadata(_metadata_payload(2, 0, leader_of_p1=2), 13)
-    assert again == first and again.leaders is not first.leaders  # a copy the poll may change
-    again.leaders[TopicPartition("t", 1)] = 7  # the poll re-routing after NOT_LEADER...
+    # The same mappings, not a copy per poll, on a view of the poll's own...
+    assert again == first and again is not first and again.leaders is first.leaders
+    again.leaders = {TopicPartition("t", 1): 7}  # ...where re-routing puts a new mapping
     assert client._decode_full_metadata(_metadata_payload(1, 0, leader_of_p1=2), 13) == first
     moved = client._decode_full_metadata(_metadata_payload(2, 0, leader_of_p1=1), 13)
     assert moved.leaders == {TopicPartition("t", 0): 1, TopicPartition("t", 1): 1}

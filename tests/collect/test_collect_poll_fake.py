@@ -309,6 +309,28 @@ def test_leader_moved_between_metadata_and_describe_producers(make_env: MakeEnv)
     assert [(e.broker_id, e.error) for e in obs.request_errors] == [(1, "NOT_LEADER_OR_FOLLOWER")]
 
 
+def test_a_re_route_stays_in_its_poll_and_the_next_reuses_the_metadata_as_answered(
+    make_env: MakeEnv,
+) -> None:
+    """The client reuses its parse of an unchanged Metadata answer (shared, not copied): the
+    re-route of one poll must not leak into it."""
+    fake = three_brokers()
+    hanging_on_t0(fake, age_ms=MINUTE_MS)
+    env = make_env(fake)
+    moves = [lambda: fake.leaders.update({("t", 0): 2}),  # after the poll's full Metadata
+             lambda: fake.leaders.update({("t", 0): 1})]  # after the re-route's Metadata
+    env.sim.call(fake.after_metadata.extend, moves)
+    rerouted = env.poll()
+    assert rerouted.leaders[TopicPartition("t", 0)] == 2
+    cached = env.poller._client._last_full_metadata
+    again = env.poll()  # the same full answer as the first poll's: its parse is reused
+    assert env.poller._client._last_full_metadata is cached
+    assert again.leaders[TopicPartition("t", 0)] == 1
+    assert rerouted.leaders[TopicPartition("t", 0)] == 2  # an observation never changes
+    (txn,) = again.open_transactions
+    assert txn.leader_id == 1 and again.request_errors == ()
+
+
 def test_not_leader_twice_leaves_partition_unobserved(make_env: MakeEnv) -> None:
     fake = three_brokers()
     fake.errors[(DESCRIBE_PRODUCERS, ("t", 0))] = [6, 6]
