@@ -123,6 +123,26 @@ def test_bench_poll_tiny_compares_both_pollers_on_the_same_state() -> None:
     assert "Sweep" in stdout
 
 
+def test_bench_poll_pairs_this_tree_with_and_without_gc_freeze() -> None:
+    """The paired mode RESULTS.md's before/after rows come from (--baseline-tree is the same
+    code path with another checkout as the second side)."""
+    _, results = _run(
+        "bench_poll.py", "--brokers", "2", "--partitions", "300", "--latency-ms", "1",
+        "--repeat", "2", "--gc-freeze",
+    )
+    (r,) = results
+    assert r["bench"] == "poll_vs_baseline_tree"
+    _assert_machine(r["machine"])
+    for side in ("this", "this_gc_freeze"):
+        assert len(r[f"{side}_cold_cpu_seconds_all"]) == 2  # --repeat fresh processes each
+        assert r[f"{side}_warm_cpu_seconds"] > 0 and r[f"{side}_cold_cpu_us_per_partition"] > 0
+        assert 0 < r[f"{side}_hwm_mib_after_polls"] <= r[f"{side}_hwm_mib"]
+        assert r[f"{side}_request_errors"] == 0
+    assert r["this_open_transactions"] == r["this_gc_freeze_open_transactions"] >= 3
+    assert r["ratio_this_gc_freeze_warm_cpu_seconds"] > 0
+    assert "baseline_warm_cpu_seconds" not in r
+
+
 def test_profile_poll_tiny_reports_gc_share_breakdown_and_top_functions() -> None:
     stdout, results = _run(
         "profile_poll.py", "--brokers", "2", "--partitions", "300", "--latency-ms", "1",

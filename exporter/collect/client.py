@@ -371,7 +371,16 @@ def batch_partitions(
 def describe_producers_request(
     batch: Sequence[tuple[str, Sequence[int]]],
 ) -> Callable[[BrokerConnection], LeanRequest]:
-    """DescribeProducers for `batch`, written by `fastencode` (kafka-python's bytes)."""
+    """DescribeProducers for `batch`, written by `fastencode` (kafka-python's bytes). The body
+    is encoded once per version and kept: a builder reused for the next poll sends the same
+    bytes without encoding them again."""
+    bodies: dict[int, bytes] = {}
+
+    def body(version: int) -> bytes:
+        encoded = bodies.get(version)
+        if encoded is None:
+            encoded = bodies[version] = encode_describe_producers(batch, version)
+        return encoded
 
     def build(connection: BrokerConnection) -> LeanRequest:
         version = connection.version_for(
@@ -383,7 +392,7 @@ def describe_producers_request(
             flexible=True,
             name=DescribeProducersRequest.name,
             response_class=DescribeProducersResponse,
-            encode_body=functools.partial(encode_describe_producers, batch, version),
+            encode_body=functools.partial(body, version),
         )
 
     return build

@@ -25,6 +25,7 @@ from exporter.collect.fastdecode import (
     decode_describe_producers,
     decode_fetch,
     decode_metadata,
+    decode_open_producers,
     decode_response,
     lean,
     metadata_identity,
@@ -187,6 +188,10 @@ def test_the_shared_parser_reads_the_same_answer_from_either_decoder(
         lean_answer = parse_describe_producers(ours, 7, batch, open_only=open_only)
         full_answer = parse_describe_producers(theirs, 7, batch, open_only=open_only)
         assert lean_answer == full_answer
+    # The poller's decoder keeps only open transactions' producers: the same open answer.
+    open_answer = parse_describe_producers(decode_open_producers(DescribeProducersResponse,
+                                                                 payload, 0), 7, batch)
+    assert open_answer == parse_describe_producers(theirs, 7, batch, open_only=True)
     assert sorted(p.partition for p in full_answer.missing) == sorted(extra_partitions)
     assert all(e.leader_id == 7 for e in full_answer.entries)
 
@@ -207,6 +212,28 @@ def test_lean_describe_producers_decodes_what_kafka_python_decodes(payload: byte
                   for p in t.partitions if p.error_code != 0 or p.active_producers])
         for t in theirs.topics
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(describe_producers_responses())
+def test_open_only_keeps_exactly_the_producers_with_an_open_transaction(payload: bytes) -> None:
+    ours = decode_describe_producers(payload, 0, open_only=True)
+    theirs = DescribeProducersResponse.decode(payload, version=0, header=True)
+    expected = []
+    for t in theirs.topics:
+        kept = []
+        for p in t.partitions:
+            open_producers = [_producer_fields(s) for s in p.active_producers
+                              if s.current_txn_start_offset >= 0]
+            if p.error_code != 0 or open_producers:
+                kept.append((p.partition_index, p.error_code, p.error_message, open_producers))
+        expected.append((t.name, kept, [p.partition_index for p in t.partitions]))
+    assert [
+        (t.name, [(p.partition_index, p.error_code, p.error_message,
+                   [_producer_fields(s) for s in p.active_producers]) for p in t.partitions],
+         t.answered_indexes.tolist())
+        for t in ours.topics
+    ] == expected
 
 
 @settings(max_examples=200, deadline=None)

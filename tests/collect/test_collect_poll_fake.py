@@ -436,6 +436,26 @@ def test_batches_respect_describe_producers_batch_size(make_env: MakeEnv) -> Non
     assert sum(1 for b, k in fake.calls if (b, k) == (1, DESCRIBE_PRODUCERS)) == 3
 
 
+def test_describe_producers_requests_are_reused_while_metadata_is_unchanged(
+    make_env: MakeEnv,
+) -> None:
+    fake = three_brokers()
+    env = make_env(fake)
+    env.poll()
+    first = env.poller._producers._cached_requests
+    env.poll()
+    assert env.poller._producers._cached_requests is first  # same batches, same bytes
+    env.sim.call(fake.leaders.update, {("t", 2): 1})  # t-2 moves from broker 3 to broker 1
+    obs = env.poll()
+    assert obs.unobserved == {} and obs.request_errors == ()
+    after = env.poller._producers._cached_requests
+    assert after is not first and after is not None
+    assert {(leader, t, tuple(ps)) for leader, batch, _ in after[2] for t, ps in batch} == {
+        (1, "t", (0, 2)), (1, "__transaction_state", (0,)), (2, "t", (1,)),
+    }
+    assert fake.calls.count((3, DESCRIBE_PRODUCERS)) == 2  # not asked once it led nothing
+
+
 def test_override_asks_describe_configs_only_for_verification(make_env: MakeEnv) -> None:
     fake = three_brokers()
     env = make_env(fake, transaction_max_timeout_ms=1234)
