@@ -334,15 +334,17 @@ def measure(
 
 
 def compare_trees(
-    baseline_tree: Path | None, brokers: int, partitions: int, latency_ms: int, polls: int,
+    baseline_trees: list[str], brokers: int, partitions: int, latency_ms: int, polls: int,
     repeat: int, gc_freeze_side: bool = False,
 ) -> dict[str, Any]:
-    """Our poller from this tree vs from `baseline_tree` (another checkout) and/or vs this
-    tree with `gc.freeze()` after the cold poll; same sim process, runs interleaved (the order
-    rotates) so that load changes hit every side alike; ratio = side / this."""
+    """Our poller from this tree vs from each baseline tree (another checkout: "DIR" or
+    "NAME=DIR") and/or vs this tree with `gc.freeze()` after the cold poll; same sim process,
+    runs interleaved (the order rotates) so that load changes hit every side alike;
+    ratio = side / this."""
     sides: list[tuple[str, Path, list[str]]] = [("this", SCRIPT, [])]
-    if baseline_tree is not None:
-        sides.append(("baseline", baseline_tree.resolve() / "benchmarks" / SCRIPT.name, []))
+    for spec in baseline_trees:
+        name, _, tree = spec.rpartition("=")
+        sides.append((name or "baseline", Path(tree).resolve() / "benchmarks" / SCRIPT.name, []))
     if gc_freeze_side:
         sides.append(("this_gc_freeze", SCRIPT, ["--gc-freeze"]))
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side, _, _ in sides}
@@ -516,8 +518,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--profile", help="write a cProfile of our poller's polls here")
-    parser.add_argument("--baseline-tree", type=Path,
-                        help="compare this tree's poller with the one in this checkout only")
+    parser.add_argument("--baseline-tree", action="append", default=[],
+                        metavar="[NAME=]DIR",
+                        help="compare this tree's poller with the one in this checkout only "
+                        "(repeatable; NAME labels the side, default 'baseline')")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="also run this tree's poller with gc.freeze() after its cold "
                         "poll, interleaved with the runs without (what-if)")
@@ -533,7 +537,7 @@ def main(argv: list[str]) -> int:
 
     machine = common.machine_info()
     print(f"machine: {machine}")
-    if args.baseline_tree is not None or args.gc_freeze:
+    if args.baseline_tree or args.gc_freeze:
         result = compare_trees(args.baseline_tree, args.brokers, args.partitions,
                                args.latency_ms, args.polls, args.repeat, args.gc_freeze)
         result["machine"] = machine
