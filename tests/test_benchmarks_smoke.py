@@ -95,8 +95,10 @@ def test_bench_poll_tiny_compares_both_pollers_on_the_same_state() -> None:
     assert ours["client"] == "ours" and theirs["client"] == "kafka-python"
     # same state seen by both: every partition, every open transaction, the late (hanging) ones
     for key in ("partitions", "open_transactions", "partitions_with_open_txn",
-                "late_transactions", "described_ids", "lso_lag_partitions"):
+                "late_transactions", "lso_lag_partitions"):
         assert ours[key] == theirs[key], key
+    # kafka-python describes the late ones; ours also open ones seen on two polls (orphans)
+    assert ours["described_ids"] >= theirs["described_ids"] >= 1
     assert ours["partitions"] >= 300
     assert ours["open_transactions"] >= 3
     assert ours["late_transactions"] >= 1  # the seeded hanging transaction
