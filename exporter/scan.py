@@ -4,7 +4,9 @@ The table keeps find-hanging's columns (Topic, Partition, ProducerId, ProducerEp
 CoordinatorEpoch, StartOffset, LastTimestamp, Duration(min) where Duration = now -
 LastTimestamp, in whole minutes as the Java tool prints it) and adds Age (seconds since the
 transaction's start, the exporter's measure), TransactionalId and Classification. Rows are the
-*late* transactions; exit status 1 only when one of them is classified hanging.
+*late* transactions; exit status 1 only when one of them is classified hanging. The JSON output
+also gives each row's `topic_compacted` and each cluster's exposure (finalized
+transaction.version, partition verification per broker); an exposed cluster gets a note.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from exporter.model import Classification, ClusterSnapshot, LateTransaction
+from exporter.model import (
+    Classification,
+    ClusterSnapshot,
+    LateTransaction,
+    PartitionVerification,
+)
 from exporter.settings import ClusterSettings
 
 EXIT_OK = 0
@@ -78,6 +85,7 @@ class ScanRow:
             "start_time_source": str(txn.start_time_source),
             "transactional_id": self.late.transactional_id,
             "classification": str(self.late.classification),
+            "topic_compacted": self.late.topic_compacted,
         }
 
     def cells(self, with_cluster: bool) -> list[str]:
@@ -105,6 +113,36 @@ def rows_of(snapshot: ClusterSnapshot) -> list[ScanRow]:
                                        r.late.transaction.current_txn_start_offset))
 
 
+def exposure_of(snapshot: ClusterSnapshot) -> dict[str, Any]:
+    """The cluster's exposure (docs/kafka-semantics.md#exposure); unknown is null."""
+    return {
+        "finalized_transaction_version": snapshot.finalized_transaction_version,
+        "partition_verification": {
+            str(b.broker_id): None if b.partition_verification is None
+            else str(b.partition_verification)
+            for b in snapshot.brokers
+        },
+    }
+
+
+def exposure_note(snapshot: ClusterSnapshot) -> str | None:
+    """One line when hanging transactions can still be created on the cluster."""
+    exposed = [
+        str(b.broker_id) for b in snapshot.brokers
+        if b.partition_verification in (PartitionVerification.DISABLED,
+                                         PartitionVerification.NOT_OFFERED)
+    ]
+    version = snapshot.finalized_transaction_version
+    parts = []
+    if exposed:
+        parts.append(f"partition verification off on broker(s) {', '.join(exposed)}")
+    if version is not None and version < 2:
+        parts.append(f"finalized transaction.version {version} (below 2)")
+    if not parts:
+        return None
+    return f"{snapshot.cluster}: exposed to hanging transactions: {'; '.join(parts)}"
+
+
 def format_table(rows: Sequence[ScanRow], with_cluster: bool) -> str:
     header = ["Cluster", *COLUMNS] if with_cluster else list(COLUMNS)
     lines = [header, *(row.cells(with_cluster) for row in rows)]
@@ -126,6 +164,7 @@ def run_scan(
     rows: list[ScanRow] = []
     errors: dict[str, str] = {}
     notes: list[str] = []
+    exposure: dict[str, dict[str, Any]] = {}
     for cluster in clusters:
         try:
             snapshot = scan_fn(cluster)
@@ -136,6 +175,9 @@ def run_scan(
             errors[cluster.name] = "cluster not reachable (no broker answered)"
             continue
         rows.extend(rows_of(snapshot))
+        exposure[cluster.name] = exposure_of(snapshot)
+        if (note := exposure_note(snapshot)) is not None:
+            notes.append(note)
         if snapshot.unobserved_partitions:
             notes.append(f"{cluster.name}: {snapshot.unobserved_partitions} partition(s) "
                          "could not be observed")
@@ -153,6 +195,7 @@ def run_scan(
                 "hanging": hanging,
                 "errors": errors,
                 "notes": notes,
+                "exposure": exposure,
             },
             out,
             indent=2,

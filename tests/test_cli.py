@@ -13,7 +13,7 @@ import pytest
 from exporter_factories import NOW_MS, broker, late, open_txn, snapshot
 
 from exporter import __version__
-from exporter.model import Classification, ClusterSnapshot
+from exporter.model import Classification, ClusterSnapshot, PartitionVerification
 from exporter.scan import COLUMNS, EXIT_ERROR, EXIT_HANGING, EXIT_OK, run_scan
 from exporter.settings import ClusterSettings
 
@@ -117,6 +117,45 @@ def test_scan_json_output() -> None:
     assert row["topic"] == "hang-test" and row["producer_id"] == 3
     assert row["duration_minutes"] == 6 and row["classification"] == "hanging"
     assert row["transactional_id"] == "" and row["age_seconds"] == 400.0
+
+
+def test_scan_json_reports_exposure_and_compaction_unknown_as_null() -> None:
+    compacted = late(open_txn("changelog", 1, producer_id=4), Classification.HANGING,
+                     topic_compacted=True)
+    exposed = snapshot(
+        "c1",
+        brokers=[broker(1, partition_verification=PartitionVerification.DISABLED),
+                 broker(2, partition_verification=PartitionVerification.ENABLED),
+                 broker(3, up=False)],
+        late_transactions=[HANGING, compacted],
+        finalized_transaction_version=2,
+    )
+    safe = snapshot("c2", brokers=[broker(1, partition_verification=PartitionVerification.ENABLED)],
+                    finalized_transaction_version=2)
+    code, out, err = scan_with(exposed, safe, output="json")
+    assert code == EXIT_HANGING
+    data = json.loads(out)
+    assert {r["topic"]: r["topic_compacted"] for r in data["transactions"]} == {
+        "changelog": True, "hang-test": None}
+    assert data["exposure"] == {
+        "c1": {"finalized_transaction_version": 2,
+               "partition_verification": {"1": "disabled", "2": "enabled", "3": None}},
+        "c2": {"finalized_transaction_version": 2, "partition_verification": {"1": "enabled"}},
+    }
+    assert data["notes"] == [
+        "c1: exposed to hanging transactions: partition verification off on broker(s) 1"]
+    assert err.splitlines() == [f"note: {data['notes'][0]}"]
+
+
+def test_scan_notes_an_old_cluster_and_a_low_transaction_version() -> None:
+    old = snapshot("c1", brokers=[broker(1, partition_verification=(
+        PartitionVerification.NOT_OFFERED))], finalized_transaction_version=0)
+    _, _, err = scan_with(old)
+    assert err.splitlines() == [
+        "note: c1: exposed to hanging transactions: partition verification off on broker(s) 1;"
+        " finalized transaction.version 0 (below 2)"]
+    unknown = snapshot("c1", brokers=[broker(1)])  # nothing known: no claim either way
+    assert scan_with(unknown)[2] == ""
 
 
 @pytest.mark.parametrize("failure", [ConnectionError("refused"), None])

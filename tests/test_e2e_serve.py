@@ -185,6 +185,10 @@ def test_scan_finds_the_hanging_transaction(sim: SimCluster) -> None:
     rows = [r for r in data["transactions"] if r["classification"] == "hanging"]
     assert [(r["topic"], r["partition"]) for r in rows] == [(HANG_TOPIC, 1)]
     assert rows[0]["duration_minutes"] >= 6  # backdated 400 s, like the capture's find-hanging
+    assert rows[0]["topic_compacted"] is False
+    assert data["exposure"] == {"sim": {
+        "finalized_transaction_version": 2,
+        "partition_verification": {"1": "disabled", "2": "disabled", "3": "disabled"}}}
 
     table = subprocess.run(
         [sys.executable, "-m", "exporter", "scan"],

@@ -6,6 +6,7 @@ the poller, analyze and the /metrics collector; unknown cases are absent
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kafka_sim.cluster import SimCluster
@@ -190,3 +191,29 @@ def test_override_still_reads_the_verification_flag() -> None:
         assert [(b.transaction_max_timeout_ms, b.partition_verification) for b in obs.brokers] \
             == [(120_000, PartitionVerification.DISABLED)]
         assert env.poller.cache_sizes()["max_timeouts"] == 0
+
+
+def _open_connections(env: PollEnv) -> list[Any]:
+    client: Any = env.poller._client  # the poller's own connections, as a poll leaves them
+    return [c for address in client.brokers.values()
+            if (c := client.pool.open_connection(*address)) is not None]
+
+
+def test_finalized_features_are_asked_again_only_once_stale(env: PollEnv) -> None:
+    env.poll()
+    connections = _open_connections(env)
+    assert len(connections) == 3
+    # Forget what the answers said: a fresh answer is not asked again (no extra ApiVersions)...
+    for connection in connections:
+        connection.finalized_features = None
+    obs, _ = env.poll()
+    assert obs.finalized_features is None
+    # ... an answer older than config_refresh_seconds is, with the broker's configs.
+    reader: Any = env.poller._broker_config
+    for connection in connections:
+        connection.finalized_features_read_at -= env.settings.config_refresh_seconds
+    reader._read_at = {b: t - env.settings.config_refresh_seconds
+                       for b, t in reader._read_at.items()}
+    obs, snap = env.poll()
+    assert obs.finalized_features is not None and snap.finalized_transaction_version == 2
+    assert all(c.finalized_features is not None for c in connections)
