@@ -290,3 +290,30 @@ def test_bench_scan_process_tiny_times_scan_and_its_baselines() -> None:
     assert all(c["wall_median_s"] > 0 and c["cpu_median_s"] > 0 for c in r["commands"].values())
     assert r["ratio_scan_vs_python_pass_cpu"] > 0
     assert r["ratio_scan_vs_baseline_wall"] > 0 and "paired ratios" in stdout
+
+
+def test_bench_poll_scale_tiny_polls_without_lost_requests_against_both_simulators(
+    tmp_path: Path,
+) -> None:
+    # The baseline tree is this checkout's simulator copied aside: the code path is the same.
+    import shutil
+
+    shutil.copytree(REPO_ROOT / "simulator" / "kafka_sim", tmp_path / "simulator" / "kafka_sim")
+    stdout, results = _run(
+        "bench_poll_scale.py", "--brokers", "2", "--partitions", "400", "--polls", "2",
+        "--sim-baseline-tree", str(tmp_path), "--baseline-polls", "2",
+    )
+    (s,) = results
+    assert s["bench"] == "poll_scale"
+    _assert_machine(s["machine"])
+    assert s["this"]["sim"]["kafka_sim_from"] != s["baseline"]["sim"]["kafka_sim_from"]
+    for side in ("this", "baseline"):
+        polls = s[side]["polls"]
+        assert len(polls) == 2
+        assert all(p["partitions"] >= 400 and p["unobserved"] == 0 for p in polls)
+        assert all(p["lost_requests"] == 0 and p["request_errors"] == {} for p in polls)
+        assert s[side]["request_timeout_seconds"] == 10.0  # the shipped default
+        assert s[side]["hwm_mib"] > 0
+    assert s["meets_zero_lost"] is True
+    assert s["ratio_warm_sim_cpu_seconds"] is None or s["ratio_warm_sim_cpu_seconds"] > 0
+    assert "targets: zero lost True" in stdout

@@ -1,0 +1,221 @@
+"""Polls of a very large cluster (default 100 brokers x 1,000,000 partitions) with the shipped
+request timeout: does every request come back, and who sets the wall time?
+
+Processes:
+- the simulated cluster in its own child (`--serve`, as bench_poll.py: seeded with 10% of
+  partitions with an idempotent producer and 1% with an open transaction, 5 ms latency);
+- our poller in a fresh child with the default ClusterSettings (request timeout 10 s), polling
+  `--polls` times end to end (poll + analyze + publish). Per poll: wall, CPU of the poller
+  (`time.process_time()`), CPU the simulator spent meanwhile (/proc/<pid>/stat), the request
+  errors by API and error (a lost request is a REQUEST_TIMEOUT or a dropped connection), and
+  partitions left unobserved. The observation is dropped before the next poll, as the daemon
+  does, so the poller's peak RSS (VmHWM) is that of one poll.
+With `--sim-baseline-tree DIR` the same is measured against the simulator of another checkout
+(e.g. `git archive` of main before a change), in the same run: ratio = this / baseline.
+
+Run: python benchmarks/bench_poll_scale.py [--brokers 100] [--partitions 1000000] [--polls 4]
+     python benchmarks/bench_poll_scale.py --sim-baseline-tree DIR [--baseline-polls 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _common as common
+
+SCRIPT = Path(__file__).resolve()
+TARGET_WALL_SECONDS = 10.0
+TARGET_RSS_MIB = 400.0
+
+
+def serve(brokers: int, partitions: int, latency_ms: int) -> int:
+    """Start + seed a SimCluster, print 'READY <json>', serve until stdin closes."""
+    import json
+
+    import kafka_sim
+
+    plan = common.seed_plan(partitions)
+    started = time.perf_counter()
+    sim = common.start_seeded_cluster(brokers, plan)
+    sim.set_latency(latency_ms)
+    info = {
+        "bootstrap": sim.bootstrap_servers.split(",")[0],
+        "startup_seconds": round(time.perf_counter() - started, 3),
+        "plan": plan.summary(),
+        "pid": os.getpid(),
+        "kafka_sim_from": str(Path(kafka_sim.__file__).resolve().parent.parent.parent),
+    }
+    print("READY " + json.dumps(info), flush=True)
+    sys.stdin.read()  # parent closes stdin to stop us
+    sim.close()
+    return 0
+
+
+def _cpu_seconds_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
+    import structlog
+
+    from exporter.analyze import analyze
+    from exporter.collect import ClusterPoller
+    from exporter.settings import ClusterSettings
+    from exporter.snapshots import SnapshotStore
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
+    settings = ClusterSettings(name="bench", bootstrap_servers=(bootstrap,))
+    poller = ClusterPoller(settings)
+    store = SnapshotStore([settings])
+    records = []
+    for _ in range(polls):
+        load = common.load_average()[0]
+        sim_cpu = _cpu_seconds_of(sim_pid)
+        wall, cpu = time.perf_counter(), time.process_time()
+        observation = poller.poll()
+        store.publish(analyze(observation, settings))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        errors = Counter(f"{e.api}:{e.error}" for e in observation.request_errors)
+        records.append({
+            "wall_seconds": round(wall, 3),
+            "cpu_seconds": round(cpu, 3),
+            "sim_cpu_seconds": round(_cpu_seconds_of(sim_pid) - sim_cpu, 3),
+            "load_1min_at_start": load,
+            "partitions": len(observation.leaders),
+            "open_transactions": len(observation.open_transactions),
+            "unobserved": len(observation.unobserved),
+            "request_errors": dict(errors),
+            "lost_requests": sum(n for k, n in errors.items()
+                                 if "TIMEOUT" in k or "DISCONNECT" in k or "CONNECTION" in k),
+        })
+        del observation  # the daemon keeps only the published snapshot between polls
+    poller.close()
+    return {
+        "request_timeout_seconds": settings.request_timeout_seconds,
+        "polls": records,
+        "hwm_mib": round(common.hwm_mib(), 1),
+    }
+
+
+def measure(brokers: int, partitions: int, latency_ms: int, polls: int,
+            sim_tree: Path | None) -> dict[str, Any]:
+    env_tree = None if sim_tree is None else str(sim_tree.resolve() / "simulator")
+    old = os.environ.get("PYTHONPATH")
+    if env_tree is not None:  # the sim child imports kafka_sim from that tree
+        os.environ["PYTHONPATH"] = env_tree + (os.pathsep + old if old else "")
+    try:
+        serving = common.serving_child(SCRIPT, [
+            "--serve", "--brokers", str(brokers), "--partitions", str(partitions),
+            "--latency-ms", str(latency_ms)])
+        sim = serving.__enter__()
+    finally:
+        if env_tree is not None:
+            if old is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = old
+    try:
+        result = common.run_child(
+            SCRIPT, ["poller", "--bootstrap", sim["bootstrap"], "--sim-pid", str(sim["pid"]),
+                     "--polls", str(polls)], timeout_seconds=1800)
+    finally:
+        serving.__exit__(None, None, None)
+    result["sim"] = sim
+    warm = result["polls"][1:] or result["polls"]
+    for key in ("wall_seconds", "cpu_seconds", "sim_cpu_seconds"):
+        result[f"warm_median_{key}"] = round(statistics.median(p[key] for p in warm), 3)
+    result["lost_requests_total"] = sum(p["lost_requests"] for p in result["polls"])
+    return result
+
+
+def _print(label: str, r: dict[str, Any]) -> None:
+    print(f"\n{label}: simulator from {r['sim']['kafka_sim_from']}, started in "
+          f"{r['sim']['startup_seconds']} s; request timeout {r['request_timeout_seconds']} s")
+    print(f"  {'poll':<6}{'wall s':>8}{'poller CPU s':>14}{'sim CPU s':>11}{'load':>7}"
+          f"{'partitions':>12}{'unobserved':>12}{'lost':>6}  errors")
+    for i, p in enumerate(r["polls"]):
+        print(f"  {('cold' if i == 0 else f'warm{i}'):<6}{p['wall_seconds']:>8.2f}"
+              f"{p['cpu_seconds']:>14.2f}{p['sim_cpu_seconds']:>11.2f}"
+              f"{p['load_1min_at_start']:>7.2f}{p['partitions']:>12}{p['unobserved']:>12}"
+              f"{p['lost_requests']:>6}  {p['request_errors'] or '-'}")
+    print(f"  warm medians: wall {r['warm_median_wall_seconds']} s, poller CPU "
+          f"{r['warm_median_cpu_seconds']} s, sim CPU {r['warm_median_sim_cpu_seconds']} s; "
+          f"poller peak RSS {r['hwm_mib']} MiB")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--brokers", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=1_000_000)
+    parser.add_argument("--latency-ms", type=int, default=5)
+    parser.add_argument("--polls", type=int, default=4)
+    parser.add_argument("--sim-baseline-tree", type=Path,
+                        help="also measure against the simulator of this checkout")
+    parser.add_argument("--baseline-polls", type=int, default=2)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("poller",), help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--sim-pid", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        return serve(args.brokers, args.partitions, args.latency_ms)
+    if args.child == "poller":
+        common.emit(poll(args.bootstrap, args.sim_pid, args.polls))
+        return 0
+
+    machine = common.machine_info()
+    print(f"machine: {machine}")
+    summary: dict[str, Any] = {
+        "bench": "poll_scale", "machine": machine, "brokers": args.brokers,
+        "partitions": args.partitions, "latency_ms": args.latency_ms,
+    }
+    this = measure(args.brokers, args.partitions, args.latency_ms, args.polls, None)
+    summary["this"] = this
+    _print("this tree", this)
+    if args.sim_baseline_tree is not None:
+        base = measure(args.brokers, args.partitions, args.latency_ms, args.baseline_polls,
+                       args.sim_baseline_tree)
+        summary["baseline"] = base
+        _print("baseline simulator", base)
+        for key in ("wall_seconds", "sim_cpu_seconds", "cpu_seconds"):
+            summary[f"ratio_warm_{key}"] = common.ratio(
+                this[f"warm_median_{key}"], base[f"warm_median_{key}"])
+        print(f"  ratios this/baseline (warm medians): wall {summary['ratio_warm_wall_seconds']}"
+              f", sim CPU {summary['ratio_warm_sim_cpu_seconds']}, poller CPU "
+              f"{summary['ratio_warm_cpu_seconds']}")
+    worst_wall = max(p["wall_seconds"] for p in this["polls"])
+    summary.update(
+        target_wall_seconds=TARGET_WALL_SECONDS, target_rss_mib=TARGET_RSS_MIB,
+        meets_zero_lost=this["lost_requests_total"] == 0
+        and all(p["unobserved"] == 0 for p in this["polls"]),
+        meets_wall_warm=this["warm_median_wall_seconds"] <= TARGET_WALL_SECONDS,
+        meets_wall_every_poll=worst_wall <= TARGET_WALL_SECONDS,
+        meets_rss=this["hwm_mib"] <= TARGET_RSS_MIB,
+        sim_cpu_above_poller_cpu=(
+            this["warm_median_sim_cpu_seconds"] > this["warm_median_cpu_seconds"]),
+        load_average_at_end=common.load_average(),
+    )
+    print(f"  targets: zero lost {summary['meets_zero_lost']}; warm wall <= "
+          f"{TARGET_WALL_SECONDS:.0f} s {summary['meets_wall_warm']} (every poll "
+          f"{summary['meets_wall_every_poll']}); poller RSS <= {TARGET_RSS_MIB:.0f} MiB "
+          f"{summary['meets_rss']}; simulator CPU > poller CPU "
+          f"{summary['sim_cpu_above_poller_cpu']}")
+    print(f"load average at the end: {summary['load_average_at_end']}")
+    common.emit(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
