@@ -74,12 +74,12 @@ from kafka_sim.errors import (
 )
 from kafka_sim.groups import CLASSIC_GROUP_TYPE, DEAD_STATE
 from kafka_sim.jvm_order import (
-    java_fields_hash,
     java_hash_map_order,
     java_list_hash,
     java_string_hash,
     scala_immutable_set_order,
     scala_mutable_hash_order,
+    scala_mutable_hash_order_of,
     topic_partition_hash,
 )
 from kafka_sim.log import crc_ok, split_batches
@@ -117,20 +117,35 @@ def _metadata_topic(state: ClusterState, t: Topic) -> MetadataTopic:
     return MetadataTopic(NONE, t.name, t.topic_id, t.is_internal, cached[1], cached[2])
 
 
+_P2, _P3, _P4, _P5, _P6 = 31**2, 31**3, 31**4, 31**5, 31**6
+
+
 def _metadata_partition_rows(state: ClusterState, t: Topic) -> list[MetadataPartitionRow]:
     alive = state.alive
-    rows = []
+    all_alive = len(alive) == len(state.node_ids)
+    list_hashes: dict[tuple[int, ...], int] = {}
+
+    def list_hash(values: tuple[int, ...]) -> int:
+        h = list_hashes.get(values)
+        if h is None:
+            h = list_hashes[values] = java_list_hash(values)
+        return h
+
+    rows: list[MetadataPartitionRow] = []
+    hashes: list[int] = []
     for p in t.partitions:
         leader = p.leader_id if p.leader_id in alive else -1
         error = NONE if leader != -1 else LEADER_NOT_AVAILABLE
-        offline = tuple(r for r in p.replicas if r not in alive) if len(alive) < len(
-            state.node_ids) else ()
+        offline = () if all_alive else tuple(r for r in p.replicas if r not in alive)
         rows.append((error, p.index, leader, p.leader_epoch, p.replicas, p.isr, offline))
+        # java_fields_hash of the row's seven fields (list fields by their hashCode), expanded:
+        # 31 * h + field from h = 0, i.e. the sum of field * 31^(6 - position), mod 2^32.
+        hashes.append(error * _P6 + p.index * _P5 + leader * _P4 + p.leader_epoch * _P3
+                      + list_hash(p.replicas) * _P2 + list_hash(p.isr) * 31
+                      + list_hash(offline))
     # Kafka maps the partitions into a Scala mutable.HashSet of MetadataResponsePartition, so
     # they come out in that set's hash order (capture 04: 1, 2, 0).
-    return scala_mutable_hash_order(rows, lambda r: java_fields_hash(
-        (r[0], r[1], r[2], r[3], java_list_hash(r[4]), java_list_hash(r[5]),
-         java_list_hash(r[6]))))
+    return scala_mutable_hash_order_of(hashes, rows)
 
 
 def _metadata_error_topic(name: str | None, error: int, is_internal: bool = False) -> MetadataTopic:

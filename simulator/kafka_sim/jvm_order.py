@@ -59,14 +59,19 @@ def scala_mutable_hash_order(items: Sequence[T], hash_of: Callable[[T], int]) ->
     Bucket = improveHash(h) & (capacity - 1), improveHash(h) = h ^ (h >>> 16); a bucket's nodes
     are kept sorted by improved hash.
     """
-    capacity = _capacity(len(items))
+    return scala_mutable_hash_order_of([hash_of(item) for item in items], items)
 
-    def key(item: T) -> tuple[int, int]:
-        h = hash_of(item) & _M
+
+def scala_mutable_hash_order_of(hashes: Sequence[int], items: Sequence[T]) -> list[T]:
+    """`scala_mutable_hash_order` with each item's hash code given (same index)."""
+    mask = _capacity(len(items)) - 1
+    keys = []
+    for h in hashes:
+        h &= _M
         improved = h ^ (h >> 16)
-        return improved & (capacity - 1), improved
-
-    return sorted(items, key=key)
+        keys.append(((improved & mask) << 32) | improved)  # (bucket, improved) as one int
+    order = sorted(range(len(items)), key=keys.__getitem__)
+    return [items[i] for i in order]
 
 
 def java_hash_map_order(items: Sequence[T], hash_of: Callable[[T], int],

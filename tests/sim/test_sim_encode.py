@@ -172,3 +172,37 @@ def test_lean_response_reads_like_the_kafka_python_message(state: ClusterState) 
     assert sorted(t.name for t in response.topics) == ["__transaction_state", "t", "u"]
     assert response.flexible_version_q(12) and not response.flexible_version_q(8)
     assert uuid.UUID(int=0) != response.topics[0].topic_id
+
+
+def test_metadata_rows_keep_kafkas_hash_set_order(state: ClusterState) -> None:
+    """The rows' order computed with the expanded hash equals the generic helpers' order."""
+    from kafka_sim.handlers import _metadata_partition_rows
+    from kafka_sim.jvm_order import java_fields_hash, java_list_hash, scala_mutable_hash_order
+
+    state.create_topic("big", 300, 3)
+    state.move_partition_leader("big", 7, 3)
+    state.set_broker_alive(2, False)  # leaderless or moved partitions, offline replicas
+    rows = _metadata_partition_rows(state, state.topics["big"])
+    in_index_order = sorted(rows, key=lambda r: r[1])
+    expected = scala_mutable_hash_order(in_index_order, lambda r: java_fields_hash(
+        (r[0], r[1], r[2], r[3], java_list_hash(r[4]), java_list_hash(r[5]),
+         java_list_hash(r[6]))))
+    assert rows == expected
+    assert [r[1] for r in rows] != list(range(300))  # hash order, not index order
+    assert any(r[6] == (2,) for r in rows)
+
+
+@settings(max_examples=50, deadline=None)
+@given(hashes=st.lists(INT32, max_size=40))
+def test_hash_set_order_of_given_hashes(hashes: list[int]) -> None:
+    from kafka_sim.jvm_order import _capacity, scala_mutable_hash_order_of
+
+    capacity = _capacity(len(hashes))
+
+    def key(i: int) -> tuple[int, int]:  # Scala 2.13 mutable.HashSet: bucket, then improved hash
+        h = hashes[i] & 0xFFFFFFFF
+        improved = h ^ (h >> 16)
+        return improved & (capacity - 1), improved
+
+    items = list(range(len(hashes)))
+    assert scala_mutable_hash_order_of(hashes, items) == sorted(items, key=key)
