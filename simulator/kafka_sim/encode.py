@@ -246,7 +246,19 @@ DescribeProducersPartitionRow = tuple[int, int, str | None, Sequence[ProducerRow
 
 _PRODUCER = struct.Struct(">qiiqiqB").pack  # ... and the empty tagged-field section
 _PARTITION_HEAD = struct.Struct(">ih").pack
-_EMPTY_PARTITION = struct.Struct(">ihBBB").pack  # null message, no producers, no tags
+_EMPTY_PARTITION_SIZE = 9  # index, error 0, null message, no producers, no tags
+
+
+def _empty_partitions(indexes: list[int]) -> bytes:
+    """Partitions with error 0, no message and no producers (most of a big answer), written
+    column by column: the index bytes interleaved with the constant tail 00 00 00 01 00."""
+    n = len(indexes)
+    packed = struct.pack(f">{n}i", *indexes)
+    out = bytearray(_EMPTY_PARTITION_SIZE * n)
+    for byte in range(4):
+        out[byte::_EMPTY_PARTITION_SIZE] = packed[byte::4]
+    out[7::_EMPTY_PARTITION_SIZE] = b"\x01" * n  # the empty producers array
+    return bytes(out)
 
 
 def encode_describe_producers(
@@ -262,16 +274,22 @@ def encode_describe_producers(
     for name, partitions in topics:
         append(string(name, True))
         append(uvarint(len(partitions) + 1))
+        empty: list[int] = []
         for index, error, message, producers in partitions:
-            if message is None and not producers:
-                append(_EMPTY_PARTITION(index, error, 0, 1, 0))
+            if not error and message is None and not producers:
+                empty.append(index)
                 continue
+            if empty:
+                append(_empty_partitions(empty))
+                empty = []
             append(_PARTITION_HEAD(index, error))
             append(string(message, True))
             append(uvarint(len(producers) + 1))
             for producer in producers:
                 append(_PRODUCER(*producer, 0))
             append(_TAGS)
+        if empty:
+            append(_empty_partitions(empty))
         append(_TAGS)
     append(_TAGS)
     return b"".join(out)

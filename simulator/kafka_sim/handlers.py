@@ -44,6 +44,7 @@ from kafka_sim.encode import (
     MetadataBroker,
     MetadataPartitionRow,
     MetadataTopic,
+    ProducerRow,
     encode_describe_producers,
     encode_list_offsets,
     encode_metadata,
@@ -82,7 +83,7 @@ from kafka_sim.jvm_order import (
     scala_mutable_hash_order_of,
     topic_partition_hash,
 )
-from kafka_sim.log import crc_ok, split_batches
+from kafka_sim.log import PartitionLog, crc_ok, split_batches
 from kafka_sim.state import ClusterState, Partition, Topic
 
 # Errors.message() texts, where a response carries them.
@@ -770,6 +771,14 @@ def _list_offsets_message(
 
 
 # -- DescribeProducers (61) -----------------------------------------------------------------
+NOT_LEADER_MESSAGE = ERROR_MESSAGES[NOT_LEADER_OR_FOLLOWER]
+
+
+def _producer_rows(log: PartitionLog) -> list[ProducerRow]:
+    return [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
+             e.coordinator_epoch, e.current_txn_first_offset) for e in log.active_producers()]
+
+
 def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     broker_id = ctx.broker_id
@@ -783,6 +792,22 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
         partitions = t.partitions if t is not None else []
         parts: list[DescribeProducersPartitionRow] = []
         append = parts.append
+        if allowed and not rules and t is not None:
+            # The common case, the same answers as the loop below with its checks decided.
+            count = len(partitions)
+            for idx in rt.partition_indexes:
+                if not 0 <= idx < count:
+                    append((idx, UNKNOWN_TOPIC_OR_PARTITION, None, ()))
+                    continue
+                p = partitions[idx]
+                if broker_id not in p.replicas:
+                    append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
+                elif p.log is None or not p.log.producers:
+                    append((idx, NONE, None, ()))
+                else:
+                    append((idx, NONE, None, _producer_rows(p.log)))
+            topics.append((name, parts))
+            continue
         for idx in rt.partition_indexes:
             injected = (state.injected_error(61, broker_id, topic=name, partition=idx)
                         if rules else None)
@@ -797,14 +822,11 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
             elif p is None:
                 append((idx, UNKNOWN_TOPIC_OR_PARTITION, None, ()))  # no such partition (37)
             elif broker_id not in p.replicas:
-                append((idx, NOT_LEADER_OR_FOLLOWER, ERROR_MESSAGES[NOT_LEADER_OR_FOLLOWER], ()))
+                append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
             elif p.log is None:
                 append((idx, NONE, None, ()))
             else:
-                append((idx, NONE, None, [(
-                    e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
-                    e.coordinator_epoch, e.current_txn_first_offset,
-                ) for e in p.log.active_producers()]))
+                append((idx, NONE, None, _producer_rows(p.log)))
         topics.append((name, parts))
     return LeanResponse(
         DescribeProducersResponse,
