@@ -246,13 +246,20 @@ DescribeProducersPartitionRow = tuple[int, int, str | None, Sequence[ProducerRow
 
 _PRODUCER = struct.Struct(">qiiqiqB").pack  # ... and the empty tagged-field section
 _PARTITION_HEAD = struct.Struct(">ih").pack
-_EMPTY_PARTITION_SIZE = 9  # index, error 0, null message, no producers, no tags
+_PARTITION_HEAD_NULL_MESSAGE = struct.Struct(">ihBB").pack
+_EMPTY_PARTITION = struct.Struct(">i5s").pack
+_EMPTY_PARTITION_TAIL = b"\x00\x00\x00\x01\x00"  # error 0, null message, no producers, no tags
+_EMPTY_PARTITION_SIZE = 9
+_LONG_RUN = 32
+"""From this many empty partitions in a row, writing them column by column is cheaper."""
 
 
 def _empty_partitions(indexes: list[int]) -> bytes:
     """Partitions with error 0, no message and no producers (most of a big answer), written
     column by column: the index bytes interleaved with the constant tail 00 00 00 01 00."""
     n = len(indexes)
+    if n < _LONG_RUN:
+        return b"".join([_EMPTY_PARTITION(i, _EMPTY_PARTITION_TAIL) for i in indexes])
     packed = struct.pack(f">{n}i", *indexes)
     out = bytearray(_EMPTY_PARTITION_SIZE * n)
     for byte in range(4):
@@ -282,9 +289,12 @@ def encode_describe_producers(
             if empty:
                 append(_empty_partitions(empty))
                 empty = []
-            append(_PARTITION_HEAD(index, error))
-            append(string(message, True))
-            append(uvarint(len(producers) + 1))
+            if message is None and len(producers) < 127:  # one-byte null and array length
+                append(_PARTITION_HEAD_NULL_MESSAGE(index, error, 0, len(producers) + 1))
+            else:
+                append(_PARTITION_HEAD(index, error))
+                append(string(message, True))
+                append(uvarint(len(producers) + 1))
             for producer in producers:
                 append(_PRODUCER(*producer, 0))
             append(_TAGS)

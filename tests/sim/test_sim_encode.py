@@ -206,3 +206,31 @@ def test_hash_set_order_of_given_hashes(hashes: list[int]) -> None:
 
     items = list(range(len(hashes)))
     assert scala_mutable_hash_order_of(hashes, items) == sorted(items, key=key)
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(0, 80), st.booleans(), INT16), max_size=6))
+def test_describe_producers_long_runs_of_empty_partitions(runs: Any) -> None:
+    """Runs of empty partitions long enough to be written column by column, between others."""
+    partitions: list[Any] = []
+    for length, with_producer, error in runs:
+        partitions.extend((len(partitions) + i, 0, None, ()) for i in range(length))
+        partitions.append((len(partitions), error, None,
+                           [(7, 1, 2, 3, 4, 5)] if with_producer else ()))
+    topics = [("t", partitions)]
+    assert encode_describe_producers(0, topics) == bytes(
+        _describe_producers_message(0, topics).encode(version=0))
+
+
+def test_describe_producers_common_case_answers_as_the_checked_path(state: ClusterState) -> None:
+    """The shortcut taken without injected errors gives the bytes of the per-partition checks
+    (forced here by an injected error that matches no partition of the request)."""
+    T = DescribeProducersRequest.TopicRequest
+    request = DescribeProducersRequest(version=0, topics=[
+        T(name="t", partition_indexes=[*range(7), 99]), T(name="nope", partition_indexes=[0])])
+    leader = state.partition("t", 2).leader_id
+    fast = answer(state, 61, 0, request, broker=leader).encode(0)
+    state.inject_error(61, 3, broker_id=leader, topic="u", partition=0)  # matches nothing asked
+    checked = answer(state, 61, 0, request, broker=leader).encode(0)
+    assert fast == checked
+    assert len(fast) > 60
