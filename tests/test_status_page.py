@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from exporter_factories import NOW_MS, broker, late, open_txn, snapshot
+from exporter_factories import NOW_MS, broker, late, open_txn, orphaned, snapshot
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
 
@@ -234,11 +234,14 @@ def _example_page() -> bytes:
     )
     unknown = late(open_txn("audit", 1, producer_id=99, start_offset=5, age_ms=700_000),
                    Classification.UNKNOWN, "")
+    early = orphaned(open_txn("payments", 4, producer_id=4100, start_offset=77, age_ms=95_000),
+                     "payments-writer-2")
     prod = snapshot(
         "prod-eu",
-        brokers=[broker(1, open_=2, late_=2, hanging=1), broker(2, open_=1, late_=1),
-                 broker(3, up=False)],
+        brokers=[broker(1, open_=3, late_=2, hanging=1, orphaned_=2),
+                 broker(2, open_=1, late_=1, orphaned_=None), broker(3, up=False)],
         late_transactions=[hanging, tracked, unknown],
+        orphaned_transactions=[orphaned(hanging.transaction, XSS_ID, late=True), early],
         lso_lag={TopicPartition("payments", 3): 51_200, TopicPartition("orders", 0): 17},
         durations={TopicPartition("payments", 3): 7500.0},
         unobserved=2,
@@ -264,6 +267,25 @@ def test_page_escapes_html_and_quotes_commands_without_a_browser() -> None:
     assert f'http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}"' in page
 
 
+def test_orphaned_transactions_not_yet_late_have_their_own_table_and_broker_column() -> None:
+    dom = Dom(_example_page().decode())
+    assert dom.rows("data-classification") == [
+        ("hanging", ["2h 05m", "hanging", "payments-3", "4007 / 2", "-1", XSS_ID, "1204332",
+                     "51200"]),
+        ("coordinator_tracked", ["22m 00s", "coordinator_tracked", "orders-0", "12 / 0", "4",
+                                 "orders-writer-7", "88", "17"]),
+        ("unknown", ["11m 40s", "unknown", "audit-1", "99 / 0", "-1", "none", "5", "?"]),
+        # The late orphaned one stays in the late table only, classified hanging.
+        ("orphaned", ["1m 35s", "orphaned", "payments-4", "4100 / 0", "-1",
+                      "payments-writer-2", "77", "?"]),
+    ]
+    prod_brokers = dom.rows("data-broker")[:3]  # prod-eu is first
+    assert [(b, cells[-1]) for b, cells in prod_brokers] == [("1", "2"), ("2", "?"), ("3", "?")]
+    assert "Orphaned transactions, not yet late (1)" in dom.texts("h3")
+    assert "No orphaned transactions." in dom.texts("p", "empty")  # staging
+    assert "3 late, 1 hanging, 2 orphaned" in " ".join(dom.texts("p", "meta"))
+
+
 @pytest.mark.system_tools  # chromium
 def test_chromium_dom_shows_the_script_id_as_text_and_the_exact_abort_command(
     tmp_path: Path,
@@ -272,21 +294,21 @@ def test_chromium_dom_shows_the_script_id_as_text_and_the_exact_abort_command(
 
     # The hostile transactional id is text inside the table, never an element.
     assert dom.tags("script") == []
-    assert dom.texts("span", "tid") == [XSS_ID, "orders-writer-7"]
+    assert dom.texts("span", "tid") == [XSS_ID, "orders-writer-7", "payments-writer-2"]
     # One section per cluster, each with its state.
     sections = [a["data-cluster"] for a in dom.tags("section")]
     assert sections == ["dr", "prod-eu", "staging"]
     assert "cluster not reachable" in dom.texts("p", "error")
     # Brokers: the down broker's counts are unknown, not zero.
     assert dom.rows("data-broker") == [
-        ("1", ["1", "up", "60000 ms", "2", "2", "1"]),  # prod-eu
-        ("2", ["2", "up", "60000 ms", "1", "1", "0"]),
-        ("3", ["3", "down", "60000 ms", "?", "?", "?"]),
-        ("1", ["1", "up", "60000 ms", "0", "0", "0"]),  # staging
+        ("1", ["1", "up", "60000 ms", "3", "2", "1", "2"]),  # prod-eu
+        ("2", ["2", "up", "60000 ms", "1", "1", "0", "?"]),
+        ("3", ["3", "down", "60000 ms", "?", "?", "?", "?"]),
+        ("1", ["1", "up", "60000 ms", "0", "0", "0", "0"]),  # staging
     ]
-    # Late transactions in age order with their classification.
+    # Late transactions in age order with their classification, then the orphaned one.
     assert [a["data-classification"] for a in dom.tags("tr") if "data-classification" in a] == [
-        "hanging", "coordinator_tracked", "unknown",
+        "hanging", "coordinator_tracked", "unknown", "orphaned",
     ]
     assert dom.rows("data-classification")[0] == ("hanging", [
         "2h 05m", "hanging", "payments-3", "4007 / 2", "-1", XSS_ID, "1204332", "51200",

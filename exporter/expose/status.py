@@ -189,6 +189,7 @@ def _cluster_section(
     hanging = sum(
         1 for lt in snapshot.late_transactions if lt.classification is Classification.HANGING
     )
+    orphaned = len(snapshot.orphaned_transactions)
     out = [
         f"<section class=\"cluster\" id=\"{anchor}\" data-cluster=\"{_e(name)}\">",
         f"<h2>Cluster <code>{_e(name)}</code>{up_badge}</h2>",
@@ -197,7 +198,7 @@ def _cluster_section(
         f"{snapshot.poll_duration_seconds:.2f} s) &middot; oldest open transaction "
         f"{_e(_optional_duration(snapshot.cluster_max_active_transaction_duration_seconds))} "
         "&middot; "
-        f"{len(snapshot.late_transactions)} late, {hanging} hanging",
+        f"{len(snapshot.late_transactions)} late, {hanging} hanging, {orphaned} orphaned",
     ]
     if snapshot.unobserved_partitions:
         out.append(
@@ -211,6 +212,7 @@ def _cluster_section(
     out.append(_brokers_table(snapshot))
     out.append(_exposure_section(snapshot))
     out.append(_transactions_table(name, snapshot, config_file, abort_command, runbook_url))
+    out.append(_orphaned_table(snapshot, runbook_url))
     if snapshot.request_errors:
         counts: dict[tuple[int, str, str], int] = {}
         for err in snapshot.request_errors:
@@ -236,12 +238,12 @@ def _brokers_table(snapshot: ClusterSnapshot) -> str:
         )
         counts = (
             (b.partitions_with_open_transactions, b.partitions_with_late_transactions,
-             b.partitions_with_hanging_transactions)
+             b.partitions_with_hanging_transactions, b.partitions_with_orphaned_transactions)
             if b.up else None
         )
         cells = "".join(
             f"<td class=\"num\">{'?' if c is None else c}</td>" for c in counts
-        ) if counts is not None else "<td class=\"num\">?</td>" * 3
+        ) if counts is not None else "<td class=\"num\">?</td>" * 4
         rows.append(
             f"<tr data-broker=\"{b.broker_id}\"><td class=\"num\">{b.broker_id}</td>"
             f"<td>{status}</td><td class=\"num\">{_e(timeout)}</td>{cells}</tr>"
@@ -253,7 +255,8 @@ def _brokers_table(snapshot: ClusterSnapshot) -> str:
         "<h3>Brokers</h3><table class=\"brokers cards\"><thead><tr><th class=\"num\">Broker</th>"
         "<th>Status</th><th class=\"num\">transaction.max.timeout.ms</th>"
         "<th class=\"num\">Partitions with open txns</th><th class=\"num\">late</th>"
-        "<th class=\"num\">hanging</th></tr></thead><tbody>" + "".join(rows)
+        "<th class=\"num\">hanging</th><th class=\"num\">orphaned</th></tr></thead><tbody>"
+        + "".join(rows)
         + "</tbody></table>"
     )
 
@@ -381,7 +384,51 @@ def _transactions_table(
 
 
 _BROKER_LABELS = ("Broker", "Status", "transaction.max.timeout.ms", "Partitions with open txns",
-                  "late", "hanging")
+                  "late", "hanging", "orphaned")
+_ORPHANED_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
+                    "Coordinator epoch", "Transactional id", "Start offset", "LSO lag")
+def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
+    """Orphaned transactions not yet late (late ones are in the late table, as hanging)."""
+    early = [o for o in snapshot.orphaned_transactions if not o.late]
+    title = f"<h3>Orphaned transactions, not yet late ({len(early)})</h3>"
+    if not early:
+        return title + "<p class=\"empty\">No orphaned transactions.</p>"
+    rows = []
+    for orphan in early:
+        txn = orphan.transaction
+        tp_lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
+        tid = (
+            f"<span class=\"tid\">{_e(orphan.transactional_id)}</span>"
+            if orphan.transactional_id else "<em class=\"note\">none</em>"
+        )
+        cls = orphan.classification.value
+        rows.append(_label_cells(
+            f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
+            f"<td class=\"num\">{_e(_duration(orphan.age_seconds))}</td>"
+            f"<td><span class=\"badge hanging\">{_e(cls)}</span></td>"
+            f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
+            f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
+            f"<td class=\"num\">{txn.coordinator_epoch}</td>"
+            f"<td>{tid}</td>"
+            f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
+            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td></tr>",
+            _ORPHANED_LABELS,
+        ))
+    return (
+        title + "<p class=\"note\">Open transactions whose coordinator did not track their "
+        "partition on two consecutive polls: nothing will end them. The abort command "
+        "refuses them until they "
+        "are late (or with --force); "
+        f"<a href=\"{_e(runbook_url)}#kafkaorphanedtransaction\" rel=\"noopener noreferrer\">"
+        "runbook</a>.</p>"
+        "<table class=\"transactions orphaned cards\"><thead><tr><th class=\"num\">Age</th>"
+        "<th>Classification</th><th>Partition</th><th class=\"num\">Producer id / epoch</th>"
+        "<th class=\"num\">Coordinator epoch</th><th>Transactional id</th>"
+        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th></tr></thead><tbody>"
+        + "".join(rows) + "</tbody></table>"
+    )
+
+
 _TRANSACTION_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
                        "Coordinator epoch", "Transactional id", "Start offset", "LSO lag")
 
