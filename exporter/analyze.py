@@ -258,6 +258,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                     transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
                     untracked_polls=untracked_polls,
                     late=txn_is_late,
+                    topic_compacted=obs.compacted_topics.get(txn.topic),
                     blocked_groups=blocked,
                     blocked_groups_unknown=blocked_unknown,
                 )

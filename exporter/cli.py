@@ -17,6 +17,7 @@ from typing import Any
 
 from exporter.config import Overrides, env_help, load_settings
 from exporter.errors import EXIT_CONFIG_ERROR, ConfigError, say
+from exporter.scan import DEFAULT_ORPHAN_CHECK_SECONDS
 from exporter.version import PROG
 
 _CONFIG_HELP = """\
@@ -29,6 +30,16 @@ status 2 and the field path, e.g.
 
 
 # --------------------------------------------------------------------------- argument parsing
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 60, got {text!r}")
+    return value
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -113,10 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         "scan",
         help="poll once and list late transactions (like kafka-transactions.sh find-hanging)",
         description=(
-            "Poll each cluster once and print its late open transactions with find-hanging's "
+            "Poll each cluster and print its late open transactions, and the orphaned ones not "
+            "yet late, with find-hanging's "
             "columns (Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset "
             "LastTimestamp Duration(min)) plus Age, TransactionalId and Classification. "
-            "Exit status: 0 nothing hanging, 1 a hanging transaction was found, 2 error."
+            "While open transactions could be orphaned it polls again (at most twice, "
+            "--orphan-check-seconds apart). "
+            "Exit status: 0 nothing hanging, 1 a hanging or orphaned transaction was found, "
+            "2 error."
         ),
         epilog=_CONFIG_HELP + "\n" + env_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -126,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output format (default table)")
     scan_p.add_argument("--cluster", action="append", metavar="NAME",
                         help="scan only this cluster (repeatable; default all)")
+    scan_p.add_argument("--orphan-check-seconds", type=_non_negative_seconds,
+                        default=DEFAULT_ORPHAN_CHECK_SECONDS, metavar="SECONDS",
+                        help="pause between the polls that confirm an orphaned transaction "
+                             f"(default {DEFAULT_ORPHAN_CHECK_SECONDS:g}; 0: poll once, "
+                             "late transactions only)")
 
     demo_p = sub.add_parser(
         "demo",
@@ -257,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"(configured: {', '.join(sorted(known))})"
                 ))
             clusters = tuple(c for c in clusters if c.name in args.cluster)
-        return run_scan(clusters, args.output, sys.stdout, sys.stderr)
+        return run_scan(clusters, args.output, sys.stdout, sys.stderr,
+                        orphan_check_seconds=args.orphan_check_seconds)
 
     from exporter.app import serve
 

@@ -291,6 +291,8 @@ class OrphanedTransaction:
     """Consecutive polls (this one included) on which the coordinator did not track it."""
     late: bool
     """Also late: then it is listed among the late transactions too, classified hanging."""
+    topic_compacted: bool | None = None
+    """As `LateTransaction.topic_compacted`."""
     blocked_groups: tuple[BlockedGroup, ...] = ()
     """As `LateTransaction.blocked_groups`."""
     blocked_groups_unknown: str | None = None

@@ -4,24 +4,32 @@ The table keeps find-hanging's columns (Topic, Partition, ProducerId, ProducerEp
 CoordinatorEpoch, StartOffset, LastTimestamp, Duration(min) where Duration = now -
 LastTimestamp, in whole minutes as the Java tool prints it) and adds Age (seconds since the
 transaction's start, the exporter's measure), TransactionalId and Classification. Rows are the
-*late* transactions; exit status 1 only when one of them is classified hanging. The JSON output
-also gives each row's `topic_compacted` and each cluster's exposure (finalized
-transaction.version, partition verification per broker); an exposed cluster gets a note.
+*late* transactions, and the *orphaned* ones not yet late (docs/kafka-semantics.md#orphaned):
+orphaned needs the coordinator's "not tracked" on two consecutive polls after the transaction was
+first seen, so while a poll finds a suspect the scan polls again, `orphan_check_seconds` apart
+(at most `1 + ORPHANED_AFTER_POLLS` polls; 0 = one poll, find-hanging's way). Exit status 1 when
+a row is classified hanging or orphaned. The JSON output also gives each row's `topic_compacted`
+and each cluster's exposure (finalized transaction.version, partition verification per broker);
+an exposed cluster gets a note.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TextIO
 
 from exporter.model import (
     Classification,
     ClusterSnapshot,
     LateTransaction,
+    OrphanedTransaction,
     PartitionVerification,
 )
+from exporter.rules import ORPHANED_AFTER_POLLS
 from exporter.settings import ClusterSettings
 
 EXIT_OK = 0
@@ -42,17 +50,34 @@ COLUMNS = (
     "Classification",
 )
 
+DEFAULT_ORPHAN_CHECK_SECONDS = 2.0
 ScanFn = Callable[[ClusterSettings], ClusterSnapshot]
 
 
-def scan_cluster(settings: ClusterSettings) -> ClusterSnapshot:
-    """One real poll + analyze of one cluster."""
+def scan_cluster(
+    settings: ClusterSettings,
+    orphan_check_seconds: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ClusterSnapshot:
+    """Poll + analyze one cluster; with `orphan_check_seconds` > 0, poll again that much later
+    while the last poll saw open transactions that could still turn out orphaned."""
     from exporter.analyze import analyze
     from exporter.collect.poll import ClusterPoller
 
     poller = ClusterPoller(settings)
     try:
-        return analyze(poller.poll(), settings)
+        obs = poller.poll()
+        for extra in range(ORPHANED_AFTER_POLLS if orphan_check_seconds > 0 else 0):
+            # The first extra poll asks about what the first saw open; a later one is needed
+            # only while a transaction was found not tracked fewer times than it takes.
+            pending = len(obs.open_transactions) if extra == 0 else sum(
+                1 for n in obs.untracked_polls.values() if n < ORPHANED_AFTER_POLLS
+            )
+            if not pending:
+                break
+            sleep(orphan_check_seconds)
+            obs = poller.poll()
+        return analyze(obs, settings)
     finally:
         poller.close()
 
@@ -60,7 +85,8 @@ def scan_cluster(settings: ClusterSettings) -> ClusterSnapshot:
 @dataclass(frozen=True, slots=True)
 class ScanRow:
     cluster: str
-    late: LateTransaction
+    late: LateTransaction | OrphanedTransaction
+    """A late transaction, or an orphaned one not yet late."""
     observed_at_ms: int
 
     @property
@@ -107,8 +133,9 @@ class ScanRow:
 
 
 def rows_of(snapshot: ClusterSnapshot) -> list[ScanRow]:
-    rows = [ScanRow(snapshot.cluster, late, snapshot.observed_at_ms)
-            for late in snapshot.late_transactions]
+    entries: list[LateTransaction | OrphanedTransaction] = [*snapshot.late_transactions]
+    entries += [o for o in snapshot.orphaned_transactions if not o.late]
+    rows = [ScanRow(snapshot.cluster, entry, snapshot.observed_at_ms) for entry in entries]
     return sorted(rows, key=lambda r: (r.late.transaction.topic, r.late.transaction.partition,
                                        r.late.transaction.current_txn_start_offset))
 
@@ -158,9 +185,13 @@ def run_scan(
     output: str,
     out: TextIO,
     err: TextIO,
-    scan_fn: ScanFn = scan_cluster,
+    scan_fn: ScanFn | None = None,
+    orphan_check_seconds: float = DEFAULT_ORPHAN_CHECK_SECONDS,
 ) -> int:
-    """Poll every cluster once; print; return the exit status (0 ok, 1 hanging, 2 error)."""
+    """Poll every cluster; print; return the exit status (0 ok, 1 hanging or orphaned, 2
+    error)."""
+    if scan_fn is None:
+        scan_fn = partial(scan_cluster, orphan_check_seconds=orphan_check_seconds)
     rows: list[ScanRow] = []
     errors: dict[str, str] = {}
     notes: list[str] = []
@@ -188,11 +219,13 @@ def run_scan(
                          "classified (coordinator view incomplete)")
 
     hanging = any(r.late.classification is Classification.HANGING for r in rows)
+    orphaned = any(r.late.classification is Classification.ORPHANED for r in rows)
     if output == "json":
         json.dump(
             {
                 "transactions": [row.as_dict() for row in rows],
                 "hanging": hanging,
+                "orphaned": orphaned,
                 "errors": errors,
                 "notes": notes,
                 "exposure": exposure,
@@ -209,4 +242,4 @@ def run_scan(
         err.write(f"error: cluster {name}: {message}\n")
     if errors:
         return EXIT_ERROR
-    return EXIT_HANGING if hanging else EXIT_OK
+    return EXIT_HANGING if hanging or orphaned else EXIT_OK

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from exporter_factories import NOW_MS, broker, late, open_txn, snapshot
+from exporter_factories import NOW_MS, broker, late, open_txn, orphaned, snapshot
 
 from exporter import __version__
 from exporter.model import Classification, ClusterSnapshot, PartitionVerification
@@ -100,6 +100,27 @@ def test_scan_hanging_exits_1_with_find_hanging_columns() -> None:
                              str(NOW_MS - 400_000), "6", "400s", "-", "hanging"]
     assert second.split() == ["txn-open", "2", "2", "1", "5", "42", str(NOW_MS - 125_000),
                               "2", "125s", "tx-open-1", "coordinator_tracked"]
+
+
+ORPHANED = orphaned(open_txn("txn-open", 1, producer_id=9, start_offset=7, age_ms=95_000),
+                    "etl-1")
+
+
+def test_scan_orphaned_not_yet_late_is_a_row_and_exits_1() -> None:
+    late_orphan = orphaned(HANGING.transaction, late=True)  # listed once, as hanging
+    snap = snapshot("c1", brokers=[broker(1)], late_transactions=[TRACKED],
+                    orphaned_transactions=[ORPHANED, late_orphan])
+    code, out, _ = scan_with(snap)
+    assert code == EXIT_HANGING
+    _, first, second = out.strip().splitlines()
+    assert first.split() == ["txn-open", "1", "9", "0", "-1", "7", str(NOW_MS - 95_000),
+                             "1", "95s", "etl-1", "orphaned"]
+    assert second.split()[-1] == "coordinator_tracked"
+    code, out, _ = scan_with(snap, output="json")
+    data = json.loads(out)
+    assert code == EXIT_HANGING and data["orphaned"] is True and data["hanging"] is False
+    assert [r["classification"] for r in data["transactions"]] == [
+        "orphaned", "coordinator_tracked"]
 
 
 def test_scan_only_tracked_late_exits_0() -> None:

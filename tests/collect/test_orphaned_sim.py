@@ -19,6 +19,7 @@ from kafka_sim.producer import hanging_transaction, open_transaction
 from simhelpers import CAPTURE_BROKER_CONFIG, PollEnv, poll_env
 
 from exporter.model import Classification, ClusterSnapshot, TopicPartition
+from exporter.scan import scan_cluster
 
 POLL_INTERVAL_MS = 30_000  # the default poll_interval_seconds
 LIST_TRANSACTIONS, DESCRIBE_TRANSACTIONS, FIND_COORDINATOR = 66, 65, 10
@@ -159,3 +160,23 @@ def test_coordinator_loading_is_unknown_never_orphaned(env: PollEnv) -> None:
     assert orphan.transaction.key == ("t", 0, orphan.transaction.producer_id, 0, offset)
     assert orphaned_by_broker(snap)[leader] == 1
     assert TopicPartition("t", 0) in snap.max_active_transaction_duration_seconds
+
+
+def test_scan_polls_again_only_while_something_may_be_orphaned(env: PollEnv) -> None:
+    settings = env.settings
+    healthy = open_transaction(env.bootstrap, "healthy-s", "t", [5], now_ms=env.now_ms)
+    with requests_by_api(env) as seen:
+        snap = scan_cluster(settings, orphan_check_seconds=0.01)
+    assert seen[LIST_TRANSACTIONS] == 2 * 3  # two polls of three brokers: nothing suspect
+    assert snap.orphaned_transactions == ()
+    _, _, offset = hanging_transaction(env.bootstrap, "hang-s", "t", 2, now_ms=env.now_ms)
+    with requests_by_api(env) as seen:
+        snap = scan_cluster(settings, orphan_check_seconds=0.01)
+    assert seen[LIST_TRANSACTIONS] == 3 * 3
+    (orphan,) = snap.orphaned_transactions
+    assert (orphan.transaction.partition, orphan.transaction.current_txn_start_offset) == (
+        2, offset)
+    with requests_by_api(env) as seen:
+        snap = scan_cluster(settings)  # find-hanging's way: one poll, late only
+    assert seen[LIST_TRANSACTIONS] == 3 and snap.orphaned_transactions == ()
+    healthy.commit()
