@@ -83,6 +83,7 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
         "threshold": "0",
     },
     "KafkaHangingTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
+    "KafkaOrphanedTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
     "KafkaTxnExporterAbsent": {"for": "1m", "window": "1m", "severity": "critical"},
     "KafkaTxnExporterTargetDown": {"for": "2m", "severity": "warning"},
     "KafkaTxnExporterDown": {"for": "5m", "severity": "warning"},
@@ -186,6 +187,7 @@ def rules_template() -> dict[str, Any]:
     """The Prometheus rules file with placeholders for every tunable."""
     late = "KafkaLateTransactions"
     hanging = "KafkaHangingTransaction"
+    orphaned = "KafkaOrphanedTransaction"
     stale = "KafkaTxnExporterPollsStale"
     transactions = [
         _rule(
@@ -230,6 +232,26 @@ def rules_template() -> dict[str, Any]:
             "runbook, abort it with: kafka-transactions.sh --bootstrap-server <broker> abort "
             "--topic {{ $labels.topic }} --partition {{ $labels.partition }} --start-offset "
             "{{ $labels.start_offset }}." + HOLD_NOTE.format(hold=_placeholder(hanging, "holdFor")),
+        ),
+        _rule(
+            orphaned,
+            _held(
+                orphaned,
+                f"max without ({REPLICAS}) ({{series}})",
+                "kafka_orphaned_transaction_age_seconds",
+            ),
+            "Orphaned transaction on {{ $labels.topic }}-{{ $labels.partition }} in Kafka "
+            "cluster {{ $labels.cluster }}",
+            "Producer {{ $labels.producer_id }} (epoch {{ $labels.producer_epoch }}, "
+            "{{ if $labels.transactional_id }}transactional id "
+            '"{{ $labels.transactional_id }}"{{ else }}no transactional id maps to it{{ end }}) '
+            "has a transaction open on {{ $labels.topic }}-{{ $labels.partition }} since offset "
+            "{{ $labels.start_offset }} ({{ $value | humanizeDuration }}) that its transaction "
+            "coordinator did not track on two consecutive polls: it is hanging, caught before "
+            "it is late, and nothing will ever commit or abort it. read_committed consumers of "
+            "this partition are stuck at offset {{ $labels.start_offset }}. Once it is late, "
+            "KafkaHangingTransaction fires for it too. Confirm and abort it as the runbook says."
+            + HOLD_NOTE.format(hold=_placeholder(orphaned, "holdFor")),
         ),
     ]
     absent = "KafkaTxnExporterAbsent"
@@ -577,6 +599,9 @@ LATE_TABLE_LABELS = (
 )
 
 
+ORPHANED_TABLE_LABELS = LATE_TABLE_LABELS[:-1]  # no classification: all are orphaned
+
+
 def overview_dashboard() -> dash_m.Dashboard:
     ids = _Ids()
     board = _board(
@@ -600,6 +625,7 @@ def overview_dashboard() -> dash_m.Dashboard:
             "{{cluster}}",
             COUNT,
             _thresholds((None, GREEN), (1, RED)),
+            width=5,
         )
     )
     board = board.with_panel(
@@ -614,6 +640,23 @@ def overview_dashboard() -> dash_m.Dashboard:
             "{{cluster}}",
             COUNT,
             _thresholds((None, GREEN), (1, RED)),
+            width=5,
+        )
+    )
+    board = board.with_panel(
+        _stat(
+            ids,
+            "Partitions with orphaned transactions",
+            "Partitions with an open transaction, late or not, that its coordinator did not "
+            "track on two consecutive polls (same producer id, epoch and start offset): "
+            "hanging, found minutes after it began instead of after transaction.max.timeout.ms "
+            "plus 5 minutes. Above 0 pages (KafkaOrphanedTransaction); the orphaned "
+            "transactions table below names them.",
+            _per_cluster_broker_count("kafka_partitions_with_orphaned_transactions"),
+            "{{cluster}}",
+            COUNT,
+            _thresholds((None, GREEN), (1, RED)),
+            width=5,
         )
     )
     board = board.with_panel(
@@ -627,6 +670,7 @@ def overview_dashboard() -> dash_m.Dashboard:
             "{{cluster}}",
             COUNT,
             _thresholds((None, BLUE)),
+            width=4,
         )
     )
     board = board.with_panel(
@@ -643,6 +687,7 @@ def overview_dashboard() -> dash_m.Dashboard:
             "{{cluster}}",
             SECONDS,
             _thresholds((None, GREEN), (900, ORANGE), (1200, RED)),
+            width=5,
         )
     )
     board = board.with_panel(
@@ -709,6 +754,45 @@ def overview_dashboard() -> dash_m.Dashboard:
         .no_value("No late transactions")
         .span(24)
         .height(8)
+    )
+    board = board.with_panel(
+        table_b.Panel()
+        .id(ids())
+        .title("Orphaned transactions")
+        .description(
+            "Every orphaned open transaction: its coordinator did not track its partition on "
+            "two consecutive polls, so nothing will ever commit or abort it. Same labels as the "
+            "late table (topic, partition and start_offset are the arguments of "
+            "`kafka-transactions.sh abort`). Late ones also appear above, classified hanging. "
+            "Follow the runbook's KafkaOrphanedTransaction entry."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                f"max by ({', '.join(ORPHANED_TABLE_LABELS)}) "
+                f"(kafka_orphaned_transaction_age_seconds{{{CLUSTER}}})",
+                instant=True,
+                table_format=True,
+            )
+        )
+        .with_transformation(
+            dash_m.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {
+                        name: i for i, name in enumerate((*ORPHANED_TABLE_LABELS, "Value"))
+                    },
+                    "renameByName": {"Value": "age"},
+                },
+            )
+        )
+        .sort_by([common_b.TableSortByFieldState().display_name("age").desc(True)])
+        .filterable(True)
+        .override_by_name("age", [dash_m.DynamicConfigValue(id_val="unit", value=SECONDS)])
+        .no_value("No orphaned transactions")
+        .span(24)
+        .height(6)
     )
     board = board.with_row(dash_b.Row("How old are transactions?").id(ids()))
     board = board.with_panel(

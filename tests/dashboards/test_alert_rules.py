@@ -20,7 +20,8 @@ RULES = REPO / "dashboards" / "alerts" / "rules.yaml"
 RULES_TEST = Path(__file__).resolve().parent / "rules_test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 
-CRITICAL_ALERTS = {"KafkaLateTransactions", "KafkaHangingTransaction", "KafkaTxnExporterAbsent"}
+CRITICAL_ALERTS = {"KafkaLateTransactions", "KafkaHangingTransaction",
+                   "KafkaOrphanedTransaction", "KafkaTxnExporterAbsent"}
 
 
 def _promtool() -> str:
