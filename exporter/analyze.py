@@ -129,14 +129,13 @@ def next_untracked_polls(
     A key not asked about this poll is dropped (not seen open, or not asked): the count
     restarts. Tracked or unknown resets it, so only two consecutive "not tracked" answers make
     an orphan. Returns the counts (only keys answered not tracked) and the keys whose answer
-    is unknown after a "not tracked" one (they may be orphaned: their broker's count is
-    unknown)."""
+    is unknown: whether they are orphaned is unknown, so is their broker's count."""
     counts: dict[TxnKey, int] = {}
     undecided: set[TxnKey] = set()
     for key, answer in answers.items():
         if answer is Classification.HANGING:
             counts[key] = previous.get(key, 0) + 1
-        elif answer is Classification.UNKNOWN and previous.get(key, 0) > 0:
+        elif answer is Classification.UNKNOWN:
             undecided.add(key)
     return counts, frozenset(undecided)
 

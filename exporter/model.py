@@ -232,8 +232,8 @@ class ClusterObservation:
     how many consecutive polls, this one included, that was the answer for the same key.
     `rules.is_orphaned` says when that makes it orphaned."""
     untracked_unknown: frozenset[TxnKey] = frozenset()
-    """Open transactions found not tracked on the previous poll whose coordinator could not
-    answer in this one (loading, moved, unreachable): whether they are orphaned is unknown."""
+    """Open transactions asked about whose coordinator could not answer in this poll (loading,
+    moved, unreachable, APIs missing): whether they are orphaned is unknown."""
     finalized_features: FinalizedFeatures | None = None
     """The answer with the highest epoch among the brokers' ApiVersions; None when no broker
     reported finalized features (ApiVersions below v3, or epoch -1)."""
@@ -317,8 +317,8 @@ class BrokerSummary:
     transaction_max_timeout_ms: int | None
     partitions_with_orphaned_transactions: int | None = None
     """Partitions led by the broker with an orphaned transaction (late or not). None under
-    the open count's condition, and while the coordinator of a transaction found not tracked
-    on the previous poll could not answer (`ClusterObservation.untracked_unknown`)."""
+    the open count's condition, and while the coordinator of a transaction on the broker that
+    was asked about could not answer (`ClusterObservation.untracked_unknown`)."""
     observable: bool = True
     """False (with `up` True) when the broker cannot report producer state (no
     DescribeProducers): its partitions are unobserved, so its counts are None."""

@@ -323,8 +323,8 @@ def test_untracked_count_grows_only_on_consecutive_not_tracked_answers() -> None
         counts,
         {a: Classification.HANGING, b: Classification.HANGING, c: Classification.UNKNOWN},
     )
-    assert counts == {a: 2, b: 1} and undecided == frozenset()
-    # Unknown after "not tracked": undecided, and the count starts again; tracked resets it.
+    assert counts == {a: 2, b: 1} and undecided == frozenset({c})
+    # Unknown: undecided, and the count starts again; tracked resets it.
     counts, undecided = next_untracked_polls(
         counts, {a: Classification.UNKNOWN, b: Classification.COORDINATOR_TRACKED}
     )

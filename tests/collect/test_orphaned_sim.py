@@ -180,3 +180,22 @@ def test_scan_polls_again_only_while_something_may_be_orphaned(env: PollEnv) -> 
         snap = scan_cluster(settings)  # find-hanging's way: one poll, late only
     assert seen[LIST_TRANSACTIONS] == 3 and snap.orphaned_transactions == ()
     healthy.commit()
+
+
+def test_on_kafka_2_8_a_transaction_open_across_polls_makes_the_orphaned_count_unknown() -> None:
+    """No ListTransactions before 3.0: the coordinator cannot be asked, so the broker's
+    orphaned count is absent while it leads a transaction seen open twice, never 0."""
+    with (
+        SimCluster(brokers=1, topics={"t": 2}, broker_config=CAPTURE_BROKER_CONFIG,
+                   profile="2.8") as sim,
+        poll_env(sim, "old", request_timeout_seconds=2.0) as env,
+    ):
+        env.poll()
+        hanging_transaction(env.bootstrap, "hang-old", "t", 0, now_ms=env.now_ms)
+        first = next_poll(env)
+        assert first.brokers[0].partitions_with_orphaned_transactions == 0  # seen once
+        for _ in range(3):
+            snap = next_poll(env)
+            assert snap.orphaned_transactions == ()
+            assert snap.brokers[0].partitions_with_orphaned_transactions is None
+            assert snap.brokers[0].partitions_with_open_transactions == 1
