@@ -45,6 +45,8 @@ def sim() -> Iterator[SimCluster]:
         bootstrap = cluster.bootstrap_servers
         committed_transaction(bootstrap, "e2e-committed", TOPIC, [0])
         hanging_transaction(bootstrap, "e2e-hang-1", HANG_TOPIC, 1, backdate_ms=400_000)
+        # Hanging too, but young: orphaned long before it is late (60 s + the 10 s buffer).
+        hanging_transaction(bootstrap, "e2e-orphan-1", HANG_TOPIC, 0)
         txn = open_transaction(bootstrap, "e2e-open-1", TOPIC, [2], transaction_timeout_ms=60_000)
         yield cluster
         txn.close_quietly()
@@ -168,6 +170,24 @@ def test_serve_reports_the_hanging_transaction_and_stops_on_sigterm(sim: SimClus
                   frozenset({("cluster", "sim"), ("env", "e2e")}))] == 2
         assert {dict(labels)["topic"]: v for (n, labels), v in s.items()
                 if n == "kafka_topic_compacted"} == {HANG_TOPIC: 0.0}
+        # Orphaned: both hanging transactions once the coordinator was asked on two polls
+        # (the young one is not late), never the healthy open one on orders-2.
+        def orphaned() -> dict[str, float]:
+            return {
+                dict(labels)["topic"] + "-" + dict(labels)["partition"]: value
+                for (n, labels), value in samples(http_get(base + "/metrics")[1]).items()
+                if n == "kafka_orphaned_transaction_age_seconds"
+            }
+
+        wait_until(lambda: len(orphaned()) == 2, 20, "two orphaned transactions")
+        young = orphaned()
+        assert set(young) == {"payments-0", "payments-1"}
+        assert young["payments-0"] < 60 <= young["payments-1"]
+        s = samples(http_get(base + "/metrics")[1])
+        assert sum(v for (n, _), v in s.items()
+                   if n == "kafka_partitions_with_orphaned_transactions") == 2
+        assert [dict(labels)["partition"] for (n, labels) in s
+                if n == "kafka_late_transaction_age_seconds"] == ["1"]
     finally:
         began = time.monotonic()
         code = stop(proc, signal.SIGTERM, 10)
@@ -186,6 +206,10 @@ def test_scan_finds_the_hanging_transaction(sim: SimCluster) -> None:
     assert [(r["topic"], r["partition"]) for r in rows] == [(HANG_TOPIC, 1)]
     assert rows[0]["duration_minutes"] >= 6  # backdated 400 s, like the capture's find-hanging
     assert rows[0]["topic_compacted"] is False
+    # The young hanging transaction: orphaned, found by the extra polls (--orphan-check-seconds).
+    orphans = [r for r in data["transactions"] if r["classification"] == "orphaned"]
+    assert [(r["topic"], r["partition"]) for r in orphans] == [(HANG_TOPIC, 0)]
+    assert data["orphaned"] is True and data["hanging"] is True
     assert data["exposure"] == {"sim": {
         "finalized_transaction_version": 2,
         "partition_verification": {"1": "disabled", "2": "disabled", "3": "disabled"}}}
