@@ -24,12 +24,23 @@ snapshot collector + process/platform/GC collectors) through a WSGI call, no soc
   before, as `serve` wires it (the render moves to the poll thread; the publish is not timed);
 - `cached_gzip`: as `cached` with `Accept-Encoding: gzip` (cached gzip members for the
   snapshot families; only the fresh process/platform/GC metrics compressed per scrape);
+- `cached_gzip_prometheus`: as `cached_gzip` with the Accept header Prometheus sends
+  (OpenMetrics 1.0.0 preferred): what a Prometheus scrape between two polls costs;
 - `fresh_only` (baseline of the two above): only what every scrape renders afresh, the
-  process/platform/GC collectors through `generate_latest`, no snapshot family;
+  process/platform/GC collectors through `generate_latest`, no snapshot family (our app
+  collects them on every scrape too, but writes their values into a template of their
+  previous render instead of formatting them again);
 - `full_cached` / `full_uncached`: the 3N-series snapshot (`late_full`), cached vs before.
 
 Each variant: `--repeat` renders (default 20), median and p90 of wall time and CPU time
 (`time.process_time`), in this process (no I/O, no threads: wall ~ CPU).
+
+`--http` adds whole HTTP scrapes: the exporter's `MetricsServer` (the registry above, a
+snapshot with the late series) in a process of its own; this process sends `--http-requests`
+requests one after another, each on a new connection (the server answers HTTP/1.0 and
+closes), and reads the server's CPU (utime + stime, /proc/PID/stat) before and after: CPU
+per request for `/healthz` (baseline: the HTTP server's own cost, an answer of 3 bytes) and
+for `/metrics` as Prometheus asks (OpenMetrics, gzip), in alternating blocks, medians of 3.
 
 Run: python benchmarks/bench_scrape_metrics.py [--late 10000] [--repeat 20]
 """
@@ -39,6 +50,8 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import json
+import os
 import statistics
 import sys
 import time
@@ -50,6 +63,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common as common
 
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 LABELS = ("cluster", "topic", "partition", "producer_id", "producer_epoch",
           "coordinator_epoch", "start_offset", "transactional_id", "classification")
 
@@ -190,10 +205,96 @@ def _served(late_count: int, repeat: int) -> dict[str, dict[str, Any]]:
             prerendered()  # the first scrape tells which format to keep ready
             out["after_publish_prerendered"] = _time(prerendered, repeat, publish)
             out["cached_gzip"] = _time(scrape(ours, HTTP_ACCEPT_ENCODING="gzip"), repeat)
+            out["cached_gzip_prometheus"] = _time(
+                scrape(ours, HTTP_ACCEPT_ENCODING="gzip", HTTP_ACCEPT=PROMETHEUS_ACCEPT),
+                repeat)
             fresh = ExporterRegistry()
             for collector in registry.collectors()[1:]:
                 fresh.register(collector)
             out["fresh_only"] = _time(functools.partial(generate_latest, fresh), repeat)
+    return out
+
+
+def serve_http(late_count: int) -> int:
+    """The `--serve-http` child: the exporter's HTTP server over a published snapshot."""
+    from exporter.expose.http import MetricsServer
+    from exporter.expose.registry import build_registry
+    from exporter.logs import configure_logging
+    from exporter.settings import ClusterSettings, WebSettings
+    from exporter.snapshots import SnapshotStore
+
+    configure_logging("json", "warning")  # as serve does (stderr); debug lines would be cost
+    store = SnapshotStore([ClusterSettings(name="bench", bootstrap_servers=("localhost:9092",))])
+    store.publish(_snapshot(late_count, False))
+    server = MetricsServer(WebSettings(listen_address="127.0.0.1", port=0),
+                           build_registry(store), store)
+    server.start()
+    print("READY " + json.dumps({"port": server.port, "pid": os.getpid()}), flush=True)
+    sys.stdin.read()
+    server.stop()
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _http(late_count: int, requests: int) -> dict[str, Any]:
+    """Server CPU per request, /healthz vs a Prometheus-like gzip /metrics (see the docstring)."""
+    import gzip
+    import http.client
+
+    kinds = {"healthz": ("/healthz", {}),
+             "metrics_gzip_prometheus": ("/metrics", {"Accept": PROMETHEUS_ACCEPT,
+                                                      "Accept-Encoding": "gzip"})}
+    per_request: dict[str, list[float]] = {kind: [] for kind in kinds}
+    sizes: dict[str, int] = {}
+    with common.serving_child(Path(__file__).resolve(),
+                              ["--serve-http", "--late", str(late_count)]) as child:
+        port, pid = int(child["port"]), int(child["pid"])
+
+        refused = 0
+
+        def get(path: str, headers: dict[str, str]) -> bytes:
+            """One request on its own connection; a 503 (the server's connection cap) would be
+            counted and asked again."""
+            nonlocal refused
+            while True:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    conn.request("GET", path, headers=headers)
+                    resp = conn.getresponse()
+                    body = resp.read()
+                finally:
+                    conn.close()
+                if resp.status == 200:
+                    return body
+                if resp.status != 503:
+                    raise RuntimeError(f"{path}: HTTP {resp.status}")
+                refused += 1
+
+        for kind, (path, headers) in kinds.items():  # warm-up; the first scrape formats
+            for _ in range(20):
+                sizes[kind] = len(get(path, headers))
+        late_lines = gzip.decompress(get(*kinds["metrics_gzip_prometheus"])).count(
+            b"\nkafka_late_transaction_age_seconds{")
+        for _ in range(3):
+            for kind, (path, headers) in kinds.items():
+                before = _cpu_seconds(pid)
+                for _ in range(requests):
+                    get(path, headers)
+                per_request[kind].append((_cpu_seconds(pid) - before) / requests)
+    out: dict[str, Any] = {
+        kind: {"server_cpu_ms_per_request": round(statistics.median(v) * 1000, 3),
+               "bytes": sizes[kind]}
+        for kind, v in per_request.items()}
+    out["requests_per_block"] = requests
+    out["refused_503_and_repeated"] = refused
+    out["late_series_in_body"] = late_lines
+    out["metrics_minus_healthz_ms"] = round(
+        out["metrics_gzip_prometheus"]["server_cpu_ms_per_request"]
+        - out["healthz"]["server_cpu_ms_per_request"], 3)
     return out
 
 
@@ -209,7 +310,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--late", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--http", action="store_true", help="also whole HTTP scrapes")
+    parser.add_argument("--http-requests", type=int, default=1000)
+    parser.add_argument("--serve-http", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_http:
+        return serve_http(args.late)
     machine = common.machine_info()
     variants = {
         "empty": _time_renders(_registry_ours(0, False), args.repeat),
@@ -230,6 +336,9 @@ def main(argv: list[str]) -> int:
                                                  served["uncached"]["median_ms"]),
         "ratio_cached_gzip_vs_cached": common.ratio(served["cached_gzip"]["cpu_median_ms"],
                                                     served["cached"]["cpu_median_ms"]),
+        "ratio_cached_gzip_prometheus_vs_fresh_only": common.ratio(
+            served["cached_gzip_prometheus"]["cpu_median_ms"],
+            served["fresh_only"]["cpu_median_ms"]),
         "ratio_after_publish_vs_uncached": common.ratio(served["after_publish"]["median_ms"],
                                                         served["uncached"]["median_ms"]),
         "ratio_late_vs_gauge": common.ratio(variants["late"]["median_ms"],
@@ -252,7 +361,17 @@ def main(argv: list[str]) -> int:
         print(f"  {name:<25} median {v['median_ms']:>8.2f} ms  p90 {v['p90_ms']:>8.2f} ms  "
               f"CPU {v['cpu_median_ms']:>8.2f} ms  {v['bytes']:>9} bytes")
     print(f"  ratios: cached/uncached {result['ratio_cached_vs_uncached']}, after_publish/"
-          f"uncached {result['ratio_after_publish_vs_uncached']}")
+          f"uncached {result['ratio_after_publish_vs_uncached']}, cached_gzip_prometheus/"
+          f"fresh_only {result['ratio_cached_gzip_prometheus_vs_fresh_only']}")
+    if args.http:
+        result["http"] = http_result = _http(args.late, args.http_requests)
+        print(f"whole HTTP requests, new connection each, {args.http_requests} per block, "
+              f"server CPU per request (median of 3 blocks):")
+        for kind in ("healthz", "metrics_gzip_prometheus"):
+            r = http_result[kind]
+            print(f"  {kind:<25} {r['server_cpu_ms_per_request']:.3f} ms  {r['bytes']} bytes")
+        print(f"  /metrics minus /healthz: {http_result['metrics_minus_healthz_ms']:.3f} ms")
+        result["machine_load_average_at_end"] = common.load_average()
     common.emit(result)
     return 0
 

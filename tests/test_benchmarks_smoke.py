@@ -168,7 +168,8 @@ def test_profile_poll_tiny_reports_gc_share_breakdown_and_top_functions() -> Non
 
 
 def test_bench_scrape_metrics_tiny_reports_renders_and_baselines() -> None:
-    stdout, results = _run("bench_scrape_metrics.py", "--late", "50", "--repeat", "2")
+    stdout, results = _run("bench_scrape_metrics.py", "--late", "50", "--repeat", "2", "--http",
+                           "--http-requests", "5")
     assert len(results) == 1
     r = results[0]
     assert r["bench"] == "scrape_metrics"
@@ -182,13 +183,20 @@ def test_bench_scrape_metrics_tiny_reports_renders_and_baselines() -> None:
     assert "late/gauge" in stdout
     served = r["served"]
     assert set(served) == {"uncached", "cached", "after_publish", "after_publish_prerendered",
-                           "cached_gzip", "fresh_only", "full_uncached", "full_cached"}
+                           "cached_gzip", "cached_gzip_prometheus", "fresh_only",
+                           "full_uncached", "full_cached"}
     assert served["fresh_only"]["bytes"] < served["cached"]["bytes"]
     assert r["ratio_cached_gzip_vs_cached"] > 0
     # the same registry answers with the same body size, cached or not (+- process metrics)
     assert abs(served["cached"]["bytes"] - served["uncached"]["bytes"]) < 200
     assert served["cached_gzip"]["bytes"] < served["cached"]["bytes"]
     assert r["ratio_cached_vs_uncached"] > 0 and "cached/uncached" in stdout
+    assert r["ratio_cached_gzip_prometheus_vs_fresh_only"] > 0
+    http = r["http"]  # whole requests to the real server: the late series really served
+    assert http["late_series_in_body"] == 50 and http["requests_per_block"] == 5
+    assert http["metrics_gzip_prometheus"]["bytes"] > http["healthz"]["bytes"] == 3
+    assert http["refused_503_and_repeated"] == 0
+    assert "/metrics minus /healthz" in stdout
 
 
 def test_bench_publish_render_tiny_compares_with_the_previous_cache() -> None:

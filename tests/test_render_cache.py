@@ -4,13 +4,14 @@ other collectors stay fresh, and the answers are the ones prometheus_client's ow
 
 from __future__ import annotations
 
+import copy
 import gzip
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
 from exporter_factories import broker, late, open_txn, snapshot
-from prometheus_client import make_wsgi_app
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
@@ -390,3 +391,123 @@ def test_gzip_members_compress_about_as_well_as_one_stream(three: SnapshotStore)
         plain = gzip.decompress(body)
         assert len(body) <= 1.2 * len(gzip.compress(plain, compresslevel=6)) + 200
         publish_late(three, "b", 500_000)
+
+
+class SettableCollector(Collector):
+    """Families whose values (and, on demand, shape) the test sets: like process metrics,
+    whose values move between scrapes while names, labels and help stay."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = [1.0, 2.0, 3.0]
+        self.extra_label = False
+        self.timestamp: float | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        counter = CounterMetricFamily("work_seconds", 'Work "done" \\ so far.', labels=["kind"])
+        counter.add_metric(["a"], self.values[0])
+        counter.add_metric(['b"\n\\'], self.values[1], timestamp=self.timestamp)
+        yield counter
+        gauge = GaugeMetricFamily("open_things", "Things open now.",
+                                  labels=["where", "shard"] if self.extra_label else [])
+        gauge.add_metric(["here", "0"] if self.extra_label else [], self.values[2])
+        yield gauge
+
+
+class ReplayCollector(Collector):
+    """The families one real collect gave, replayed with the values the test sets."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.families = list(collector.collect())
+        self.scale = 1.0
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.families:
+            clone = copy.copy(family)
+            clone.samples = [s._replace(value=s.value * self.scale) for s in family.samples]
+            yield clone
+
+
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+VALUE_SETS = [
+    [1.0, 2.0, 3.0],
+    [0.0, -0.0, 1e22],
+    [1_795_596_528.76, 123456789.0, 7],
+    [float("nan"), float("inf"), float("-inf")],
+    [2.5e-7, 12345678.9, -3.25],
+]
+
+
+@pytest.mark.parametrize("accept", [None, PROMETHEUS_ACCEPT, OPENMETRICS,
+                                    "application/openmetrics-text; version=1.0.0; escaping=dots",
+                                    "text/plain; version=1.0.0; escaping=allow-utf-8"])
+def test_gzip_scrapes_decompress_to_prometheus_clients_body_as_values_move(
+    store: SnapshotStore, accept: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18 item 2: the body of a cached gzip scrape, decompressed, is byte for byte what
+    prometheus_client's own app renders for the same registry, while the fresh collectors'
+    values move (their render reused as a template) and when their shape changes."""
+    from exporter.expose import render_cache
+
+    made: list[int] = []
+    real_make = render_cache._make_template
+
+    def counting(*args: Any) -> Any:
+        made.append(1)
+        return real_make(*args)
+
+    monkeypatch.setattr(render_cache, "_make_template", counting)
+    settable = SettableCollector()
+    registry = ExporterRegistry()
+    registry.register(settable)
+    registry.register(SnapshotCollector(store))
+    registry.register(StaticCollector("after_static"))
+    store.publish(late_snapshot(400_000))
+    reference_app = make_wsgi_app(registry)
+    app = make_metrics_app(registry)
+
+    def same_as_reference() -> None:
+        _, headers, body = scrape(app, accept, accept_encoding="gzip")
+        assert headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(body) == scrape(reference_app, accept)[2]
+
+    for values in VALUE_SETS:
+        settable.values = values
+        same_as_reference()
+    assert len(made) == 2  # one template per run of fresh collectors; then values only
+    settable.extra_label = True  # a new shape: rendered again, a new template
+    same_as_reference()
+    settable.values = [4.0, 5.0, 6.0]
+    same_as_reference()
+    assert len(made) == 3
+    settable.timestamp = 1_700_000_000.5  # rendered from more than values: no template
+    for values in VALUE_SETS[:2]:
+        settable.values = values
+        same_as_reference()
+    assert len(made) == 3
+
+
+@pytest.mark.parametrize("accept", [None, PROMETHEUS_ACCEPT])
+def test_process_platform_and_gc_families_filled_in_are_prometheus_clients_render(
+    store: SnapshotStore, accept: str | None
+) -> None:
+    """The real fresh collectors' families (replayed, so both renders see the same values)."""
+    scratch = ExporterRegistry()
+    replays = [ReplayCollector(c) for c in (ProcessCollector(registry=scratch),
+                                            PlatformCollector(registry=scratch),
+                                            GCCollector(registry=scratch))]
+    registry = ExporterRegistry()
+    registry.register(SnapshotCollector(store))
+    for replay in replays:
+        registry.register(replay)
+    store.publish(late_snapshot(400_000))
+    reference_app = make_wsgi_app(registry)
+    app = make_metrics_app(registry)
+    for scale in (1.0, 1.5, 1e6, 0.001, 3.0):
+        for replay in replays:
+            replay.scale = scale
+        plain = scrape(app, accept)[2]
+        zipped = gzip.decompress(scrape(app, accept, accept_encoding="gzip")[2])
+        reference = scrape(reference_app, accept)[2]
+        assert plain == zipped == reference
+        assert b"process_cpu_seconds_total" in plain and b"python_gc_collections_total" in plain

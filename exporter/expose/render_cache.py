@@ -18,6 +18,14 @@ publish since the previous one joins cached members and compresses only what is 
 valid gzip stream (RFC 1952 section 2.2; Go's gzip reader, which Prometheus uses, reads them
 as one body), and the body is within a few percent of one gzip stream's size.
 
+The collectors rendered on every scrape (process, platform and GC metrics) keep the same
+families, labels and help text from one scrape to the next; only their values move. Their
+render is kept as a template (`_FreshTemplate`): prometheus_client's own bytes with every
+sample value cut out, made by rendering the families with marker values and checked against
+a real render. A scrape collects them (their values are read fresh, as before) and, while the
+families have the same shape, writes each value into the template with prometheus_client's
+own float formatting; any other change renders them again.
+
 A publish formats, on the poll's thread, the cluster it changed in the formats scrapers asked
 for since that cluster's previous publish (`warm`), so the next scrape finds its bytes ready;
 a format nobody asked for since is not formatted, and with no scraper a publish formats
@@ -27,6 +35,7 @@ nothing. Requests this does not speed up go to prometheus_client's own app uncha
 
 from __future__ import annotations
 
+import copy
 import gzip
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,6 +47,7 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from exporter.expose.collector import SnapshotCollector
 from exporter.expose.registry import ExporterRegistry
@@ -157,6 +167,82 @@ def _remember(formats: dict[str, Any], content_type: str, value: Any) -> None:
 
 
 _Run = tuple[tuple[bytes, ...], bytes]
+_float_text: Callable[[float], str] = floatToGoString
+"""prometheus_client's own sample value formatting (both formats use it)."""
+_Shape = tuple[tuple[object, ...], ...]
+
+
+def _shape(families: Sequence[Metric]) -> _Shape | None:
+    """Everything of `families` a render shows except sample values; None when a sample has
+    a timestamp, exemplar or native histogram (rendered from more than its value)."""
+    shape: list[tuple[object, ...]] = []
+    for family in families:
+        samples: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+        for sample in family.samples:
+            if (sample.timestamp is not None or sample.exemplar is not None
+                    or sample.native_histogram is not None):
+                return None
+            samples.append((sample.name, tuple(sample.labels.items())))
+        shape.append((family.name, family.documentation, family.type, family.unit,
+                      tuple(samples)))
+    return tuple(shape)
+
+
+def _marker(index: int) -> float:
+    """A value whose rendering is unique, of one length, and no real metric's."""
+    return float(f"-9.87654321{index:04d}7e-300")
+
+
+@dataclass(frozen=True, slots=True)
+class _FreshTemplate:
+    """An encoder's render of families of one shape, cut at each sample value: `pieces[0]`,
+    then the value of sample `order[0]`, `pieces[1]`, and so on."""
+
+    shape: _Shape
+    pieces: tuple[str, ...]
+    order: tuple[int, ...]
+
+    def fill(self, values: Sequence[float]) -> bytes:
+        out = [self.pieces[0]]
+        for index, piece in zip(self.order, self.pieces[1:], strict=True):
+            out.append(_float_text(values[index]))
+            out.append(piece)
+        return "".join(out).encode("utf-8")
+
+
+def _make_template(families: Sequence[Metric], shape: _Shape, encoder: Encoder,
+                   values: Sequence[float], real: bytes) -> _FreshTemplate | None:
+    """The template of `families`, or None if the marker render cannot be cut cleanly or the
+    filled template is not byte for byte `real` (the encoder's render of the families)."""
+    if len(values) > 9_999:
+        return None
+    marked: list[Metric] = []
+    index = 0
+    for family in families:
+        clone = copy.copy(family)
+        clone.samples = []
+        for sample in family.samples:
+            clone.samples.append(sample._replace(value=_marker(index)))
+            index += 1
+        marked.append(clone)
+    text = encoder(_Collectors(families=marked)).decode("utf-8")
+    found: list[tuple[int, int]] = []
+    for i in range(len(values)):
+        marker = _float_text(_marker(i))
+        at = text.find(marker)
+        if at == -1 or text.find(marker, at + 1) != -1:
+            return None
+        found.append((at, i))
+    found.sort()
+    width = len(_float_text(_marker(0)))
+    pieces: list[str] = []
+    start = 0
+    for at, _ in found:
+        pieces.append(text[start:at])
+        start = at + width
+    pieces.append(text[start:])
+    template = _FreshTemplate(shape, tuple(pieces), tuple(i for _, i in found))
+    return template if template.fill(values) == real else None
 
 
 class SnapshotRenderCache:
@@ -172,6 +258,33 @@ class SnapshotRenderCache:
                                                                 list[bytes]]] = {}
         # cluster -> {content type: (encoder, gzip)} asked for since that cluster's last publish
         self._wanted: dict[str, dict[str, tuple[Encoder, bool]]] = {}
+        # (content type, ids of the fresh collectors) -> the template of their last render
+        self._fresh: dict[tuple[str, tuple[int, ...]], _FreshTemplate] = {}
+
+    # ---------------------------------------------------------------- fresh collectors
+    def fresh_render(self, collectors: Sequence[Collector], encoder: Encoder,
+                     content_type: str) -> bytes:
+        """`encoder` over `collectors`, collected now: their values written into the template
+        of their previous render while the families keep its shape, else rendered."""
+        families = [family for collector in collectors for family in collector.collect()]
+        shape = _shape(families)
+        if shape is None:
+            return encoder(_Collectors(families=families))
+        values = [sample.value for family in families for sample in family.samples]
+        key = (content_type, tuple(map(id, collectors)))
+        with self._lock:
+            template = self._fresh.get(key)
+        if template is not None and template.shape == shape:
+            return template.fill(values)
+        body = encoder(_Collectors(families=families))
+        template = _make_template(families, shape, encoder, values, body)
+        if template is not None:
+            with self._lock:
+                self._fresh.pop(key, None)
+                if len(self._fresh) >= 2 * MAX_CACHED_FORMATS:
+                    del self._fresh[next(iter(self._fresh))]
+                self._fresh[key] = template
+        return body
 
     # ---------------------------------------------------------------- scrape
     def snapshot_body(
@@ -309,7 +422,8 @@ def render_registry(
     fresh: list[Collector] = []
 
     def flush(tail: bytes = b"") -> None:
-        data = (_without_eof(encoder(_Collectors(fresh)), openmetrics) if fresh else b"") + tail
+        data = (_without_eof(cache.fresh_render(fresh, encoder, content_type), openmetrics)
+                if fresh else b"") + tail
         fresh.clear()
         if data:
             pieces.append(_gzip(data, FRESH_GZIP_LEVEL) if gz else data)
@@ -335,9 +449,10 @@ def make_metrics_app(
     render_cache = SnapshotRenderCache() if cache is None else cache
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        query = environ.get("QUERY_STRING")
         if (
             environ.get("REQUEST_METHOD") != "GET"
-            or "name[]" in parse_qs(environ.get("QUERY_STRING", ""))
+            or (query and "name[]" in parse_qs(query))
             or registry.get_target_info()
         ):
             result: Iterable[bytes] = fallback(environ, start_response)
