@@ -66,7 +66,6 @@ class BrokerConfigReader:
         return BROKER_CONFIG_KEYS
 
     async def _read(self, broker_id: int, state: PollState) -> None:
-        await self._refresh_features(broker_id, state)
         try:
             response = await self._client.send(
                 broker_id, describe_broker_config_request(broker_id, self._keys())
@@ -75,6 +74,9 @@ class BrokerConfigReader:
             state.error(broker_id, "DescribeConfigs", exc.kind)
             self._verification.pop(broker_id, None)  # a dynamic config: unknown now
             return
+        # The broker answers: its finalized features too, if the last answer is stale (a
+        # broker that does not answer is counted once, above, not once per API).
+        await self._refresh_features(broker_id, state)
         errors = [r.error_code for r in response.results if r.error_code != NONE]
         for code in errors:
             state.error(broker_id, "DescribeConfigs", error_name(code))

@@ -149,6 +149,8 @@ def test_refused_or_down_broker_has_no_verification_flag(sim: SimCluster, env: P
     flags = {b.broker_id: b.partition_verification for b in snap.brokers}
     assert flags == {1: None, 2: PartitionVerification.DISABLED, 3: None}
     assert RequestError(1, "DescribeConfigs", "CLUSTER_AUTHORIZATION_FAILED") in obs.request_errors
+    # A refused or absent broker is not asked for its features again (nothing more counted).
+    assert [e for e in obs.request_errors if e.api == "ApiVersions"] == []
     samples = scrape(env, snap)
     assert values(samples, "kafka_transaction_partition_verification_enabled", "broker") == {
         "2": 0.0}
