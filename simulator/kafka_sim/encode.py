@@ -1,5 +1,5 @@
 """Lean encoders for the answers that grow with the partition count: Metadata, ListOffsets,
-DescribeProducers.
+DescribeProducers; and a lean decoder for the request that does, DescribeProducers.
 
 kafka-python's generic encoder builds a DataContainer per partition and walks the schema field
 by field; at a million partitions that alone kept the simulator's one thread busy longer than a
@@ -303,3 +303,79 @@ def encode_describe_producers(
         append(_TAGS)
     append(_TAGS)
     return b"".join(out)
+
+
+# -- DescribeProducers request ------------------------------------------------------------------
+
+
+class RequestHeader(NamedTuple):
+    request_api_key: int
+    request_api_version: int
+    correlation_id: int
+    client_id: str
+
+
+class TopicRequest(NamedTuple):
+    name: str
+    partition_indexes: list[int]
+
+
+class DescribeProducersRequest(NamedTuple):
+    """What the DescribeProducers handler reads of kafka-python's decoded request."""
+
+    header: RequestHeader
+    topics: list[TopicRequest]
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint too long")
+
+
+def decode_describe_producers_request(payload: bytes) -> DescribeProducersRequest | None:
+    """A DescribeProducers v0 request (header v2) as the exporter and the reference tool send
+    it; None for anything else (a null client id, name or array, tagged fields, bytes left
+    over, truncation), which the caller then hands to kafka-python's decoder, so that what is
+    accepted or refused stays kafka-python's decision."""
+    try:
+        api_key, api_version, correlation_id, size = struct.unpack_from(">hhih", payload)
+        pos = 10
+        if api_key != 61 or api_version != 0 or size < 0 or pos + size > len(payload):
+            return None
+        client_id = payload[pos:pos + size].decode("utf-8")
+        pos += size
+        if payload[pos] != 0:  # header tagged fields
+            return None
+        count, pos = _read_uvarint(payload, pos + 1)
+        if count == 0:
+            return None
+        topics = []
+        for _ in range(count - 1):
+            size, pos = _read_uvarint(payload, pos)
+            if size == 0 or pos + size - 1 > len(payload):
+                return None
+            name = payload[pos:pos + size - 1].decode("utf-8")
+            pos += size - 1
+            n, pos = _read_uvarint(payload, pos)
+            if n == 0:
+                return None
+            indexes = list(struct.unpack_from(f">{n - 1}i", payload, pos))
+            pos += 4 * (n - 1)
+            if payload[pos] != 0:  # the topic's tagged fields
+                return None
+            pos += 1
+            topics.append(TopicRequest(name, indexes))
+        if payload[pos] != 0 or pos + 1 != len(payload):
+            return None
+    except (struct.error, IndexError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    return DescribeProducersRequest(
+        RequestHeader(api_key, api_version, correlation_id, client_id), topics)

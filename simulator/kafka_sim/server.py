@@ -43,6 +43,7 @@ from kafka.protocol.sasl import (
 )
 
 from kafka_sim.api import Dispatcher, RequestContext
+from kafka_sim.encode import decode_describe_producers_request
 from kafka_sim.errors import (
     ILLEGAL_SASL_STATE,
     INVALID_REQUEST,
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
+DESCRIBE_PRODUCERS = 61
 
 
 MAX_REQUEST_BYTES = 104_857_600
@@ -385,6 +387,10 @@ class BrokerListener:
     def _decode(
         self, api_key: int, api_version: int, payload: bytes
     ) -> tuple[Any, str | None] | None:
+        if api_key == DESCRIBE_PRODUCERS:  # the request that grows with the partitions
+            lean = decode_describe_producers_request(payload)
+            if lean is not None:
+                return lean, lean.header.client_id
         cls = REQUEST_CLASSES.get(api_key)
         if cls is None or api_version > cls.max_version:
             log.warning(
