@@ -40,6 +40,9 @@ _METADATA_PARTITION_HEAD = struct.Struct(">hiii")  # error_code, index, leader, 
 # empty active_producers, no tagged fields.
 _DP_PARTITION_HEAD = struct.Struct(">ihBBB")
 _PRODUCER = struct.Struct(">qiiqiq")
+# A partition with error 0, null error_message and one producer, from its CurrentTxnStartOffset
+# (36 bytes after the partition index): that offset, the producer's and the partition's tags.
+_DP_ONE_PRODUCER_TAIL = struct.Struct(">qBB")
 _ZERO_UUID_BYTES = bytes(16)
 # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
 _FETCH_TOP = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
@@ -334,6 +337,7 @@ def decode_describe_producers(
     count, pos = _array(data, pos + 4, "topics")
     topics: list[DescribeProducersTopic] = []
     unpack_head = _DP_PARTITION_HEAD.unpack_from
+    one_producer_tail = _DP_ONE_PRODUCER_TAIL.unpack_from
     for _ in range(count):
         name, pos = _string(data, pos, "topics[].name")
         partition_count, pos = _array(data, pos, "topics[].partitions")
@@ -343,9 +347,17 @@ def decode_describe_producers(
         for _ in range(partition_count):
             index, error_code, message_size, producer_count, tags = unpack_head(data, pos)
             answer(index)
-            if error_code == 0 and message_size == 0 and producer_count == 1 and tags == 0:
-                pos += 9  # the common case: nothing to report
-                continue
+            if error_code == 0 and message_size == 0:
+                if producer_count == 1 and tags == 0:
+                    pos += 9  # the common case: nothing to report
+                    continue
+                if producer_count == 2 and open_only:
+                    # One producer (an idempotent one, most often): fixed-size; skipped
+                    # without objects when its transaction is not open and no tags follow.
+                    txn_start, producer_tags, partition_tags = one_producer_tail(data, pos + 36)
+                    if txn_start < 0 and producer_tags == 0 and partition_tags == 0:
+                        pos += 46
+                        continue
             message, pos = _nullable_string(data, pos + 6)
             producer_count, pos = _array(data, pos, "active_producers")
             producers: list[ActiveProducer] = []
