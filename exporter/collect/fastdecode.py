@@ -1,5 +1,6 @@
-"""Lean decoders for the two big answers of a poll: Metadata (v9-v13) and DescribeProducers (v0),
-and for the many small Fetch answers (v12-v17) of a cold poll's start-time reads.
+"""Lean decoders for the big answers of a poll: Metadata (v9-v13), DescribeProducers (v0) and
+ListOffsets (v1-v11, every partition with an open transaction), and for the many small Fetch
+answers (v12-v17) of a cold poll's start-time reads.
 
 Why: at 200,000 partitions kafka-python's generic decoder builds a DataContainer per partition
 (plus one per replica/ISR list), about a million objects per poll, and the cyclic GC then walks
@@ -9,9 +10,10 @@ same bytes but keep only the fields the exporter reads, with as few objects as p
 - Metadata: per topic, parallel lists of partition indexes and leader ids; replica ids as one
   set for the whole answer (the exporter only needs "every broker named as a replica");
 - DescribeProducers: partitions that answered error 0 with no active producer (~90% of them
-  on a typical cluster) are skipped: for every reader they mean "nothing here".
+  on a typical cluster) are skipped: for every reader they mean "nothing here";
+- ListOffsets: per partition its index, error and offset.
 
-Both enforce Kafka's nullability themselves (a null where the schema allows none raises
+They enforce Kafka's nullability themselves (a null where the schema allows none raises
 `ShapeError`), so `shapes.check_response` is not needed on their output. Other versions (the
 non-flexible Metadata v0-v8) still go through kafka-python. Equivalence with kafka-python's
 decoding is tested on random responses in tests/collect/test_collect_fastdecode.py. Pure.
@@ -30,6 +32,7 @@ from typing import Any
 from exporter.collect.shapes import ShapeError, check_response
 
 FETCH = 1
+LIST_OFFSETS = 2
 METADATA = 3
 DESCRIBE_PRODUCERS = 61
 
@@ -47,6 +50,8 @@ _ZERO_UUID_BYTES = bytes(16)
 # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
 _FETCH_TOP = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _FETCH_PARTITION_HEAD = struct.Struct(">ihqqq")
+_LIST_OFFSETS_PARTITION = struct.Struct(">ihqq")  # index, error_code, timestamp, offset
+_I16_LENGTH = struct.Struct(">h")
 
 
 @dataclass(slots=True)
@@ -143,6 +148,30 @@ class LeanFetchResponse:
     throttle_time_ms: int
     error_code: int
     responses: list[FetchTopic]
+
+
+@dataclass(slots=True)
+class ListOffsetsPartition:
+    partition_index: int
+    error_code: int
+    offset: int
+
+
+@dataclass(slots=True)
+class ListOffsetsTopic:
+    name: str
+    partitions: list[ListOffsetsPartition]
+
+
+@dataclass(slots=True)
+class LeanListOffsetsResponse:
+    """ListOffsets answer: per partition its error and offset (names as kafka-python's; the
+    timestamp and leader epoch are skipped)."""
+
+    API_KEY = LIST_OFFSETS
+    API_VERSION: int
+    throttle_time_ms: int
+    topics: list[ListOffsetsTopic]
 
 
 # -- primitives (flexible versions: unsigned varints, compact strings/arrays, tagged fields) --
@@ -424,6 +453,69 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
     return LeanFetchResponse(version, throttle_time_ms, error_code, topics)
 
 
+# -- ListOffsets ------------------------------------------------------------------------------
+
+
+def decode_list_offsets(payload: bytes, version: int) -> LeanListOffsetsResponse:
+    """ListOffsets response v1-v11 -> `LeanListOffsetsResponse` (flexible from v6: compact
+    lengths and tagged fields; response header v1 there, v0 before)."""
+    if not 1 <= version <= 11:
+        raise ValueError(f"lean ListOffsets decoder handles v1-v11, not v{version}")
+    data = bytes(payload)
+    flexible = version >= 6
+    pos = _skip_tags(data, 4) if flexible else 4
+    throttle_time_ms = 0
+    if version >= 2:
+        (throttle_time_ms,) = _I32.unpack_from(data, pos)
+        pos += 4
+    count, pos = _list_length(data, pos, flexible, "topics")
+    epoch_size = 4 if version >= 4 else 0
+    unpack_partition = _LIST_OFFSETS_PARTITION.unpack_from
+    topics: list[ListOffsetsTopic] = []
+    for _ in range(count):
+        if flexible:
+            name, pos = _string(data, pos, "topics[].name")
+        else:
+            name, pos = _int16_string(data, pos, "topics[].name")
+        partition_count, pos = _list_length(data, pos, flexible, "topics[].partitions")
+        partitions: list[ListOffsetsPartition] = []
+        for _ in range(partition_count):
+            index, error_code, _timestamp, offset = unpack_partition(data, pos)
+            pos += _LIST_OFFSETS_PARTITION.size + epoch_size
+            if flexible:
+                pos = _skip_tags(data, pos)
+            partitions.append(ListOffsetsPartition(index, error_code, offset))
+        if flexible:
+            pos = _skip_tags(data, pos)
+        topics.append(ListOffsetsTopic(name, partitions))
+    if flexible:
+        pos = _skip_tags(data, pos)
+    _end(data, pos)
+    return LeanListOffsetsResponse(version, throttle_time_ms, topics)
+
+
+def _list_length(data: bytes, pos: int, flexible: bool, what: str) -> tuple[int, int]:
+    """An array's length, compact (flexible versions) or int32; null is a shape error."""
+    if flexible:
+        return _array(data, pos, what)
+    (count,) = _I32.unpack_from(data, pos)
+    if count < 0:
+        raise ShapeError(f"{what}: null where Kafka's schema allows none")
+    return count, pos + 4
+
+
+def _int16_string(data: bytes, pos: int, what: str) -> tuple[str, int]:
+    """A non-flexible string (int16 length); null is a shape error."""
+    (size,) = _I16_LENGTH.unpack_from(data, pos)
+    if size < 0:
+        raise ShapeError(f"{what}: null where Kafka's schema allows none")
+    pos += 2
+    end = pos + size
+    if end > len(data):
+        raise ValueError("string past the end of the response")
+    return data[pos:end].decode("utf-8"), end
+
+
 # -- dispatch ---------------------------------------------------------------------------------
 
 Decoder = Callable[[bytes, int], Any]
@@ -431,6 +523,7 @@ Decoder = Callable[[bytes, int], Any]
 
 _LEAN: dict[int, tuple[Decoder, range]] = {
     FETCH: (decode_fetch, range(12, 18)),
+    LIST_OFFSETS: (decode_list_offsets, range(1, 12)),
     METADATA: (decode_metadata, range(9, 14)),
     DESCRIBE_PRODUCERS: (decode_describe_producers, range(0, 1)),
 }

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin.transactions import DescribeProducersResponse
 from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from exporter.collect.client import ClusterClient, first_batch_header, parse_metadata
@@ -24,13 +25,14 @@ from exporter.collect.fastdecode import (
     LeanFetchResponse,
     decode_describe_producers,
     decode_fetch,
+    decode_list_offsets,
     decode_metadata,
     decode_open_producers,
     decode_response,
     lean,
     metadata_identity,
 )
-from exporter.collect.parse import parse_describe_producers
+from exporter.collect.parse import parse_describe_producers, parse_list_offsets
 from exporter.collect.shapes import ShapeError
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
@@ -407,3 +409,66 @@ def test_fetch_versions_outside_the_lean_range_use_kafka_python() -> None:
     assert type(decode_response(FetchResponse, payload, 11, lean=True)) is FetchResponse
     assert isinstance(lean(FetchResponse)(with_header(bytes(response.encode(version=17))), 17),
                       LeanFetchResponse)
+
+
+# -- ListOffsets (LSO lag) ------------------------------------------------------------------
+
+LOR = ListOffsetsResponse.ListOffsetsTopicResponse
+
+
+@st.composite
+def list_offsets_responses(draw: st.DrawFn) -> tuple[int, bytes]:
+    version = draw(st.integers(1, 11))
+    topics = [
+        LOR(
+            name=draw(NAME),
+            partitions=[
+                LOR.ListOffsetsPartitionResponse(
+                    partition_index=draw(INT32), error_code=draw(st.one_of(st.just(0), INT16)),
+                    timestamp=draw(INT64), offset=draw(INT64), leader_epoch=draw(INT32),
+                )
+                for _ in range(draw(st.integers(0, 5)))
+            ],
+        )
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    body = bytes(ListOffsetsResponse(throttle_time_ms=draw(INT32), topics=topics)
+                 .encode(version=version))
+    if version >= 6:  # flexible: response header v1, tagged fields
+        return version, with_header(with_tags(body, draw(TAGS)))
+    return version, struct.pack(">i", 7) + body  # response header v0
+
+
+@settings(max_examples=300, deadline=None)
+@given(list_offsets_responses())
+def test_lean_list_offsets_decodes_what_kafka_python_decodes(case: tuple[int, bytes]) -> None:
+    version, payload = case
+    ours = decode_list_offsets(payload, version)
+    theirs = ListOffsetsResponse.decode(payload, version=version, header=True)
+    assert ours.throttle_time_ms == (theirs.throttle_time_ms if version >= 2 else 0)
+    assert [(t.name, [(p.partition_index, p.error_code, p.offset) for p in t.partitions])
+            for t in ours.topics] == [
+        (t.name, [(p.partition_index, p.error_code, p.offset) for p in t.partitions])
+        for t in theirs.topics
+    ]
+    assert parse_list_offsets(ours) == parse_list_offsets(theirs)
+    assert type(decode_response(ListOffsetsResponse, payload, version, lean=True)) is type(ours)
+
+
+@settings(max_examples=200, deadline=None)
+@given(list_offsets_responses(), st.data())
+def test_truncated_list_offsets_raises_never_returns_partial(
+    case: tuple[int, bytes], data: st.DataObject
+) -> None:
+    version, payload = case
+    cut = data.draw(st.integers(4, len(payload) - 1))
+    with pytest.raises((ValueError, IndexError, struct.error)):
+        decode_list_offsets(payload[:cut], version)
+
+
+def test_null_list_offsets_topic_name_is_a_shape_error_like_the_generic_path() -> None:
+    payload = struct.pack(">iii", 7, 0, 1) + struct.pack(">h", -1) + struct.pack(">i", 0)  # v5
+    with pytest.raises(ShapeError):
+        decode_list_offsets(payload, 5)
+    with pytest.raises(ShapeError):
+        decode_response(ListOffsetsResponse, payload, 5)
