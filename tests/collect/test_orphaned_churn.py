@@ -1,7 +1,9 @@
 """Churn (issue 17 item 2): 30 minutes of simulated time of healthy transactions -- commits,
-aborts, producers that vanish and are timed out by their coordinator, partition leaders and
-transaction coordinators that move, markers held back by a leader -- give **zero** orphaned
-reports, while a hanging transaction injected in the same run is flagged.
+aborts, producers that vanish and are timed out by their coordinator, transactional ids re-used
+by a new producer (InitProducerId bumps the epoch and fences what the old one left open),
+partition leaders and transaction coordinators that move, coordinators loading, markers held
+back by a leader -- give **zero** orphaned reports, while a hanging transaction injected in the
+same run is flagged.
 
 Simulated time: the poller and the producers read the simulator's clock, which the test moves
 forward by one poll interval (30 s, the default) before each of 60 polls, so 30 simulated
@@ -35,6 +37,7 @@ POLL_INTERVAL_MS = 30_000
 POLLS = 60  # 30 simulated minutes
 PARTITIONS = 6
 TOPIC = "churn"
+TRANSACTIONAL_IDS = 32  # re-used: each new producer of an id bumps its epoch
 
 
 @dataclass
@@ -75,10 +78,14 @@ class Churn:
                 txn.abandon()  # the coordinator times it out
             self.stats[f"long {ending}"] += 1
         self._n += 1
-        tid = f"churn-{self._n}"
+        tid = f"churn-{self.rng.randrange(TRANSACTIONAL_IDS)}"
+        if any(txn.transactional_id == tid for _, _, txn in self._open):
+            self.stats["fenced by a new producer"] += 1  # its InitProducerId aborts that one
         partitions = self.rng.sample(range(PARTITIONS), self.rng.choice((1, 1, 2, 3)))
         roll = self.rng.random()
-        options: dict[str, Any] = {"now_ms": self.now_ms, "transaction_timeout_ms": 60_000}
+        # A short timeout: a producer fenced behind held-back markers gives up soon.
+        options: dict[str, Any] = {"now_ms": self.now_ms, "transaction_timeout_ms": 60_000,
+                                   "timeout_s": 1.0}
         if roll < 0.15 and len(self._open) < 12:
             txn = open_transaction(self.bootstrap, tid, TOPIC, partitions, **options)
             ending = self.rng.choice(("commit", "commit", "abort", "abandon"))
@@ -106,17 +113,32 @@ def test_thirty_minutes_of_churn_report_no_healthy_transaction_orphaned() -> Non
         worker = threading.Thread(target=churn.run, name="churn", daemon=True)
         worker.start()
         blocked: set[int] = set()
+        loading: set[int] = set()
+        coordinator: Any = sim.state.coordinator
         hang_key = None
         try:
             for poll in range(POLLS):
                 sim.clock.advance(POLL_INTERVAL_MS)
+                for p in loading:  # a coordinator loads for one poll
+                    sim.call(coordinator.loading_partitions.discard, p)
+                loading.clear()
+                some_id = f"churn-{rng.randrange(TRANSACTIONAL_IDS)}"
+                # Coordinators stay put and answer while the control is checked, so that its
+                # timing is exact (an unanswered poll restarts the count, as
+                # tests/collect/test_orphaned_sim.py shows).
+                movable = not POLLS // 2 <= poll <= POLLS // 2 + 2
+                if rng.random() < 0.15 and movable:
+                    p = sim.call(coordinator.partition_for, some_id)
+                    sim.call(coordinator.loading_partitions.add, p)
+                    loading.add(p)
+                    faults["coordinator loading"] += 1
                 roll = rng.random()
                 broker = rng.choice(sim.node_ids)
                 if roll < 0.25:
                     sim.move_partition_leader(TOPIC, rng.randrange(PARTITIONS), broker)
                     faults["leader moved"] += 1
-                elif roll < 0.45:
-                    sim.move_transaction_coordinator(f"churn-{rng.randint(1, 400)}", broker)
+                elif roll < 0.45 and movable:
+                    sim.move_transaction_coordinator(some_id, broker)
                     faults["coordinator moved"] += 1
                 elif roll < 0.6 and not blocked:
                     sim.block_markers(broker, True)  # markers to its partitions wait
@@ -139,6 +161,8 @@ def test_thirty_minutes_of_churn_report_no_healthy_transaction_orphaned() -> Non
             worker.join(30)
             for b in blocked:
                 sim.block_markers(b, False)
+            for p in loading:
+                sim.call(coordinator.loading_partitions.discard, p)
 
     flagged = {o.transaction.key for s in snapshots for o in s.orphaned_transactions}
     assert flagged == {hang_key}, churn.stats  # zero healthy transactions reported
@@ -146,9 +170,12 @@ def test_thirty_minutes_of_churn_report_no_healthy_transaction_orphaned() -> Non
     assert first_flagged == POLLS // 2 + 2  # seen at the injection poll, flagged 2 polls later
     for s in snapshots[:first_flagged]:
         assert all(b.partitions_with_orphaned_transactions in (0, None) for b in s.brokers)
-    # The run really exercised what it claims (not a vacuous zero).
-    assert churn.stats["short committed"] > 100 and churn.stats["short aborted"] > 50
-    assert churn.stats["long commit"] >= 3 and churn.stats["long abort"] >= 1
-    assert churn.stats["long abandon"] >= 1
+    # The run really exercised what it claims (not a vacuous zero); how much the workload
+    # thread gets through depends on the machine's load, hence loose bounds.
+    stats = churn.stats
+    assert stats["short committed"] >= 50 and stats["short aborted"] >= 25, stats
+    assert stats["long commit"] + stats["long abort"] >= 2, stats  # ended by their producer
+    assert stats["long abandon"] >= 1, stats  # left to the coordinator's timeout
     assert asked > 20  # transactions open across polls were described
-    assert min(faults.values()) >= 3 and len(faults) == 3, faults
+    assert churn.stats["fenced by a new producer"] >= 1  # an id re-used while open
+    assert min(faults.values()) >= 3 and len(faults) == 4, faults
