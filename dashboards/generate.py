@@ -988,7 +988,7 @@ def _exposure_row(board: dash_b.Dashboard, ids: _Ids) -> dash_b.Dashboard:
             "(KIP-890 part 2, Kafka 4.0) lets brokers add partitions to a transaction "
             "themselves; below 2 (orange) producers still do it and a partition never added "
             "can hang wherever partition verification is off. 0 means not finalized. Empty: "
-            "no broker reports finalized features (ZooKeeper mode or Kafka before 2.7). Level "
+            "no broker reports finalized features (e.g. Kafka before 2.7). Level "
             "2 does not protect producers that use the old protocol: check the verification "
             "panel too.",
             f"max by (cluster) (kafka_finalized_transaction_version{{{CLUSTER}}})",

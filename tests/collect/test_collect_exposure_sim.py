@@ -159,8 +159,8 @@ def test_refused_or_down_broker_has_no_verification_flag(sim: SimCluster, env: P
 
 
 def test_old_brokers_report_neither_flag() -> None:
-    # Kafka 3.0 has no transaction.partition.verification.enable (3.6+) and, in ZooKeeper mode,
-    # no finalized features: both are absent, never 0.
+    # Kafka 3.0 has no transaction.partition.verification.enable (3.6+), and the simulator's
+    # 3.0 profile reports no finalized features (epoch -1): both are absent, never 0.
     with SimCluster(brokers=2, topics={"t": 1}, broker_config={
             "transaction.max.timeout.ms": "60000"}, profile="3.0") as sim:
         with poll_env(sim, "sim", **SETTINGS) as env:
