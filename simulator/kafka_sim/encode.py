@@ -241,8 +241,9 @@ def encode_list_offsets(
 
 ProducerRow = tuple[int, int, int, int, int, int]
 """(producer id, epoch, last sequence, last timestamp, coordinator epoch, txn start offset)."""
-DescribeProducersPartitionRow = tuple[int, int, str | None, Sequence[ProducerRow]]
-"""(partition index, error, error message, active producers)."""
+DescribeProducersPartitionRow = tuple[int, int, str | None, Sequence[ProducerRow]] | int
+"""(partition index, error, error message, active producers); or only the partition index
+for the common answer: error 0, no message, no active producer."""
 
 _PRODUCER = struct.Struct(">qiiqiqB").pack  # ... and the empty tagged-field section
 _PARTITION_HEAD = struct.Struct(">ih").pack
@@ -282,7 +283,12 @@ def encode_describe_producers(
         append(string(name, True))
         append(uvarint(len(partitions) + 1))
         empty: list[int] = []
-        for index, error, message, producers in partitions:
+        for row in partitions:
+            if type(row) is int:
+                empty.append(row)
+                continue
+            assert not isinstance(row, int)
+            index, error, message, producers = row
             if not error and message is None and not producers:
                 empty.append(index)
                 continue

@@ -803,7 +803,7 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
                 if broker_id not in p.replicas:
                     append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
                 elif p.log is None or not p.log.producers:
-                    append((idx, NONE, None, ()))
+                    append(idx)  # error 0, no message, no producers
                 else:
                     append((idx, NONE, None, _producer_rows(p.log)))
             topics.append((name, parts))
@@ -835,6 +835,10 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
     )
 
 
+def _full_row(row: DescribeProducersPartitionRow) -> tuple[int, int, str | None, Any]:
+    return (row, NONE, None, ()) if isinstance(row, int) else row
+
+
 def _describe_producers_message(
     v: int, topics: list[tuple[str, list[DescribeProducersPartitionRow]]]
 ) -> Any:
@@ -847,7 +851,7 @@ def _describe_producers_message(
                 Prod(producer_id=e[0], producer_epoch=e[1], last_sequence=e[2],
                      last_timestamp=e[3], coordinator_epoch=e[4], current_txn_start_offset=e[5])
                 for e in producers])
-            for idx, err, msg, producers in parts])
+            for idx, err, msg, producers in map(_full_row, parts)])
         for name, parts in topics])
 
 
