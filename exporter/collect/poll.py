@@ -140,6 +140,9 @@ class ClusterPoller:
 
         coordinator_view = await self._coordinators.view(listed, open_txns, ask, meta, state)
         self._start_times.evict_closed(state, meta)
+        # Only answers given after a poll saw the transaction open count towards orphaned:
+        # the listing may predate a transaction seen for the first time (one that looks late
+        # at once, e.g. from a producer whose clock is behind, included).
         answers: dict[TxnKey, Classification] = {
             txn.key: classify(
                 txn,
@@ -148,7 +151,7 @@ class ClusterPoller:
                 coordinator_view.complete,
             )
             for txn in open_txns
-            if ask(txn)
+            if txn.key in seen_before
         }
         untracked_polls, untracked_unknown = next_untracked_polls(self._untracked_polls, answers)
         self._untracked_polls = untracked_polls

@@ -199,3 +199,20 @@ def test_on_kafka_2_8_a_transaction_open_across_polls_makes_the_orphaned_count_u
             assert snap.orphaned_transactions == ()
             assert snap.brokers[0].partitions_with_orphaned_transactions is None
             assert snap.brokers[0].partitions_with_open_transactions == 1
+
+
+def test_a_transaction_late_when_first_seen_counts_only_from_its_second_poll(
+    env: PollEnv,
+) -> None:
+    """Its first answer may predate it (a producer clock behind makes a new transaction look
+    late at once): classified hanging, but orphaned only after two later answers."""
+    hanging_transaction(env.bootstrap, "hang-old", "t", 3, backdate_ms=30 * 60_000,
+                        now_ms=env.now_ms)
+    obs, snap = env.poll()
+    assert [lt.classification for lt in snap.late_transactions] == [Classification.HANGING]
+    assert obs.untracked_polls == {} and snap.orphaned_transactions == ()
+    obs, snap = env.poll()
+    assert list(obs.untracked_polls.values()) == [1] and snap.orphaned_transactions == ()
+    _, snap = env.poll()
+    (orphan,) = snap.orphaned_transactions
+    assert orphan.late and orphan.classification is Classification.HANGING
