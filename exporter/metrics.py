@@ -96,6 +96,18 @@ METRICS: tuple[MetricSpec, ...] = (
          "transactional_id"),
     ),
     MetricSpec(
+        "kafka_consumer_group_blocked_seconds", "gauge",
+        "Consumer group stopped behind a late or orphaned transaction (committed offset = "
+        "last stable offset < high watermark): seconds since the exporter first saw its "
+        "committed offset there (a lower bound of the wait).",
+        ("cluster", "group", "topic", "partition"),
+    ),
+    MetricSpec(
+        "kafka_transaction_blocked_consumer_groups", "gauge",
+        "Consumer groups stopped behind the late or orphaned transaction; absent when unknown.",
+        (*_PARTITION, "producer_id", "producer_epoch", "start_offset"),
+    ),
+    MetricSpec(
         "kafka_transactions", "gauge",
         "Transactional ids per coordinator state (ListTransactions).",
         ("cluster", "state"),
@@ -163,6 +175,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "kafka_txn_exporter_unobserved_partitions_by_reason", "gauge",
         "Unobserved partitions in the last poll by reason (broker_down, unsupported_api, "
         "unauthorized, not_leader, no_leader, error); only reasons with a count.",
+        ("cluster", "reason"),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_blocked_consumer_groups_unknown", "gauge",
+        "Late or orphaned transactions whose blocked consumer groups are unknown, by reason "
+        "(unauthorized, unsupported_api, broker_down, ...); only reasons with a count.",
         ("cluster", "reason"),
     ),
     MetricSpec(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from exporter.model import (
+    BlockedGroup,
     BrokerSummary,
     Classification,
     ClusterObservation,
@@ -52,18 +53,38 @@ def late(
     classification: Classification = Classification.HANGING,
     transactional_id: str = "",
     topic_compacted: bool | None = None,
+    *,
+    blocked: Sequence[tuple[str, float]] = (),
+    blocked_unknown: str | None = None,
 ) -> LateTransaction:
+    """`blocked`: (group id, seconds) of the groups it stops at its start offset."""
     return LateTransaction(
         transaction=txn,
         age_seconds=(NOW_MS - txn.start_time_ms) / 1000.0,
         classification=classification,
         transactional_id=transactional_id,
         topic_compacted=topic_compacted,
+        blocked_groups=blocked_groups(txn, blocked),
+        blocked_groups_unknown=blocked_unknown,
+    )
+
+
+def blocked_groups(
+    txn: OpenTransaction, blocked: Sequence[tuple[str, float]]
+) -> tuple[BlockedGroup, ...]:
+    return tuple(
+        BlockedGroup(group, txn.topic, txn.partition, txn.current_txn_start_offset, seconds)
+        for group, seconds in blocked
     )
 
 
 def orphaned(
-    txn: OpenTransaction, transactional_id: str = "", *, late: bool = False
+    txn: OpenTransaction,
+    transactional_id: str = "",
+    *,
+    late: bool = False,
+    blocked: Sequence[tuple[str, float]] = (),
+    blocked_unknown: str | None = None,
 ) -> OrphanedTransaction:
     return OrphanedTransaction(
         transaction=txn,
@@ -71,6 +92,8 @@ def orphaned(
         transactional_id=transactional_id,
         untracked_polls=2,
         late=late,
+        blocked_groups=blocked_groups(txn, blocked),
+        blocked_groups_unknown=blocked_unknown,
     )
 
 
@@ -116,6 +139,7 @@ def snapshot(
     by_start_time_source: Mapping[str, int] | None = None,
     finalized_transaction_version: int | None = None,
     compacted_topics: Mapping[str, bool] | None = None,
+    blocked_groups_unknown_by_reason: Mapping[str, int] | None = None,
 ) -> ClusterSnapshot:
     durations = dict(durations or {})
     return ClusterSnapshot(
@@ -136,6 +160,7 @@ def snapshot(
         orphaned_transactions=tuple(orphaned_transactions),
         finalized_transaction_version=finalized_transaction_version,
         compacted_topics=dict(compacted_topics or {}),
+        blocked_groups_unknown_by_reason=dict(blocked_groups_unknown_by_reason or {}),
     )
 
 

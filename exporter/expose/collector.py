@@ -255,6 +255,7 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
             late.transactional_id,
             str(late.classification),
         )
+    _collect_blocked_groups(state, snap, fam)
     for orphan in snap.orphaned_transactions:
         txn = orphan.transaction
         fam.add(
@@ -273,3 +274,31 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
     for tp, lag in sorted(snap.last_stable_offset_lag.items()):
         fam.add("kafka_partition_last_stable_offset_lag", state, lag, tp.topic,
                 str(tp.partition))
+
+
+def _collect_blocked_groups(state: ClusterState, snap: ClusterSnapshot, fam: _Families) -> None:
+    """Per late or orphaned transaction the groups it stops (a late orphaned one is in both
+    lists: once), and each blocked (group, partition) once."""
+    seen: set[tuple[str, int, int, int, int]] = set()
+    blocked: dict[tuple[str, str, int], float] = {}
+    for txn, groups, unknown in [
+        *((lt.transaction, lt.blocked_groups, lt.blocked_groups_unknown)
+          for lt in snap.late_transactions),
+        *((o.transaction, o.blocked_groups, o.blocked_groups_unknown)
+          for o in snap.orphaned_transactions),
+    ]:
+        if txn.key in seen:
+            continue
+        seen.add(txn.key)
+        for g in groups:
+            blocked[(g.group_id, g.topic, g.partition)] = g.blocked_seconds
+        if unknown is None:  # unknown: absent, never 0
+            fam.add("kafka_transaction_blocked_consumer_groups", state, float(len(groups)),
+                    txn.topic, str(txn.partition), str(txn.producer_id),
+                    str(txn.producer_epoch), str(txn.current_txn_start_offset))
+    for (group, topic, partition), seconds in sorted(blocked.items()):
+        fam.add("kafka_consumer_group_blocked_seconds", state, seconds, group, topic,
+                str(partition))
+    for reason, count in sorted(snap.blocked_groups_unknown_by_reason.items()):
+        fam.add("kafka_txn_exporter_blocked_consumer_groups_unknown", state, float(count),
+                reason)
