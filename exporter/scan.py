@@ -3,14 +3,15 @@
 The table keeps find-hanging's columns (Topic, Partition, ProducerId, ProducerEpoch,
 CoordinatorEpoch, StartOffset, LastTimestamp, Duration(min) where Duration = now -
 LastTimestamp, in whole minutes as the Java tool prints it) and adds Age (seconds since the
-transaction's start, the exporter's measure), TransactionalId and Classification. Rows are the
-*late* transactions, and the *orphaned* ones not yet late (docs/kafka-semantics.md#orphaned):
+transaction's start, the exporter's measure), TransactionalId, Classification and
+BlockedGroups (the consumer groups stopped at its start offset: "-" none, "?" unknown). Rows are
+the *late* transactions, and the *orphaned* ones not yet late (docs/kafka-semantics.md#orphaned):
 orphaned needs the coordinator's "not tracked" on two consecutive polls after the transaction was
 first seen, so while a poll finds a suspect the scan polls again, `orphan_check_seconds` apart
 (at most `1 + ORPHANED_AFTER_POLLS` polls; 0 = one poll, find-hanging's way). Exit status 1 when
 a row is classified hanging or orphaned. The JSON output also gives each row's `topic_compacted`
-and each cluster's exposure (finalized transaction.version, partition verification per broker);
-an exposed cluster gets a note.
+and blocked groups, and each cluster's exposure (finalized transaction.version, partition
+verification per broker); an exposed cluster gets a note.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ COLUMNS = (
     "Age",
     "TransactionalId",
     "Classification",
+    "BlockedGroups",
 )
 
 DEFAULT_ORPHAN_CHECK_SECONDS = 2.0
@@ -112,6 +114,13 @@ class ScanRow:
             "transactional_id": self.late.transactional_id,
             "classification": str(self.late.classification),
             "topic_compacted": self.late.topic_compacted,
+            # null when unknown (then blocked_groups_unknown says why), [] when none
+            "blocked_groups": None if self.late.blocked_groups_unknown is not None else [
+                {"group_id": g.group_id, "committed_offset": g.committed_offset,
+                 "blocked_seconds": round(g.blocked_seconds, 3)}
+                for g in self.late.blocked_groups
+            ],
+            "blocked_groups_unknown": self.late.blocked_groups_unknown,
         }
 
     def cells(self, with_cluster: bool) -> list[str]:
@@ -128,8 +137,14 @@ class ScanRow:
             f"{self.late.age_seconds:.0f}s",
             self.late.transactional_id or "-",
             str(self.late.classification),
+            self.blocked_groups_cell(),
         ]
         return [self.cluster, *cells] if with_cluster else cells
+
+    def blocked_groups_cell(self) -> str:
+        if self.late.blocked_groups_unknown is not None:
+            return "?"
+        return ",".join(g.group_id for g in self.late.blocked_groups) or "-"
 
 
 def rows_of(snapshot: ClusterSnapshot) -> list[ScanRow]:
@@ -217,6 +232,9 @@ def run_scan(
         if unknown:
             notes.append(f"{cluster.name}: {unknown} late transaction(s) could not be "
                          "classified (coordinator view incomplete)")
+        for reason, count in sorted(snapshot.blocked_groups_unknown_by_reason.items()):
+            notes.append(f"{cluster.name}: blocked consumer groups unknown ({reason}) for "
+                         f"{count} late or orphaned transaction(s)")
 
     hanging = any(r.late.classification is Classification.HANGING for r in rows)
     orphaned = any(r.late.classification is Classification.ORPHANED for r in rows)

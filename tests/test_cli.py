@@ -97,9 +97,31 @@ def test_scan_hanging_exits_1_with_find_hanging_columns() -> None:
     assert header.split() == list(COLUMNS)
     # sorted by topic: hang-test before txn-open; Duration(min) = (now - LastTimestamp) // 60 s
     assert first.split() == ["hang-test", "0", "3", "0", "-1", "0",
-                             str(NOW_MS - 400_000), "6", "400s", "-", "hanging"]
+                             str(NOW_MS - 400_000), "6", "400s", "-", "hanging", "-"]
     assert second.split() == ["txn-open", "2", "2", "1", "5", "42", str(NOW_MS - 125_000),
-                              "2", "125s", "tx-open-1", "coordinator_tracked"]
+                              "2", "125s", "tx-open-1", "coordinator_tracked", "-"]
+
+
+def test_scan_shows_blocked_groups_in_table_and_json() -> None:
+    blocking = late(open_txn("pay", 0, producer_id=5, start_offset=6, age_ms=400_000),
+                    Classification.HANGING, blocked=[("grp-rc", 120.0), ("etl", 30.0)])
+    unknown = late(open_txn("pay", 1, producer_id=6, start_offset=9, age_ms=400_000),
+                   Classification.HANGING, blocked_unknown="unauthorized")
+    snap = snapshot("c1", brokers=[broker(1)], late_transactions=[blocking, unknown],
+                    blocked_groups_unknown_by_reason={"unauthorized": 1})
+    code, out, err = scan_with(snap)
+    assert code == EXIT_HANGING
+    _, first, second = out.strip().splitlines()
+    assert first.split()[-1] == "grp-rc,etl" and second.split()[-1] == "?"
+    assert "blocked consumer groups unknown (unauthorized) for 1" in err
+    _, out, _ = scan_with(snap, output="json")
+    rows = json.loads(out)["transactions"]
+    assert rows[0]["blocked_groups"] == [
+        {"group_id": "grp-rc", "committed_offset": 6, "blocked_seconds": 120.0},
+        {"group_id": "etl", "committed_offset": 6, "blocked_seconds": 30.0},
+    ]
+    assert rows[0]["blocked_groups_unknown"] is None
+    assert rows[1]["blocked_groups"] is None and rows[1]["blocked_groups_unknown"] == "unauthorized"
 
 
 ORPHANED = orphaned(open_txn("txn-open", 1, producer_id=9, start_offset=7, age_ms=95_000),

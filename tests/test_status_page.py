@@ -225,12 +225,12 @@ def _example_page() -> bytes:
     hanging = late(
         open_txn("payments", 3, producer_id=4007, producer_epoch=2, start_offset=1_204_332,
                  age_ms=7_500_000),
-        Classification.HANGING, XSS_ID,
+        Classification.HANGING, XSS_ID, blocked=[("billing<i>", 360.0), ("audit", 30.0)],
     )
     tracked = late(
         open_txn("orders", 0, producer_id=12, start_offset=88, age_ms=1_320_000,
                  coordinator_epoch=4),
-        Classification.COORDINATOR_TRACKED, "orders-writer-7",
+        Classification.COORDINATOR_TRACKED, "orders-writer-7", blocked_unknown="unauthorized",
     )
     unknown = late(open_txn("audit", 1, producer_id=99, start_offset=5, age_ms=700_000),
                    Classification.UNKNOWN, "")
@@ -264,6 +264,8 @@ def test_page_escapes_html_and_quotes_commands_without_a_browser() -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert html.escape(shlex.quote(CONFIG_FILE)) in page
     assert page.count('class="cmd"') == 1  # only the hanging row gets a command
+    assert "<code>billing&lt;i&gt;</code>" in page  # a group id is chosen by its consumer
+    assert [page.count(f'data-blocked-groups="{n}"') for n in ("2", "unknown", "0")] == [1, 1, 1]
     assert f'http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}"' in page
 
 
@@ -312,7 +314,12 @@ def test_chromium_dom_shows_the_script_id_as_text_and_the_exact_abort_command(
     ]
     assert dom.rows("data-classification")[0] == ("hanging", [
         "2h 05m", "hanging", "payments-3", "4007 / 2", "-1", XSS_ID, "1204332", "51200",
+        "billing<i> (≥ 6m 00s), audit (≥ 30s)",
     ])
+    # Blocked consumer groups beside each transaction; unknown says why, never "none".
+    assert [row[1][-1] for row in dom.rows("data-classification")] == [
+        "billing<i> (≥ 6m 00s), audit (≥ 30s)", "unknown (unauthorized)", "none",
+    ]
     # The command to copy, shell-quoted, and exactly the one abort.py accepts.
     (command,) = dom.texts("code", "cmd")
     assert command == (

@@ -352,7 +352,8 @@ def _transactions_table(
             f"<td class=\"num\">{txn.coordinator_epoch}</td>"
             f"<td>{tid}</td>"
             f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
-            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td></tr>",
+            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td>"
+            f"{_blocked_groups_cell(late)}</tr>",
             _TRANSACTION_LABELS,
         ))
         if late.classification is Classification.HANGING:
@@ -373,14 +374,32 @@ def _transactions_table(
                 "<span class=\"note\">No abort command: the coordinator could not be asked, "
                 "so hanging cannot be told apart from coordinator-tracked.</span>"
             )
-        rows.append(f"<tr class=\"cmd-row\"><td></td><td colspan=\"7\">{action}</td></tr>")
+        rows.append(f"<tr class=\"cmd-row\"><td></td><td colspan=\"8\">{action}</td></tr>")
     return (
         title + "<table class=\"transactions cards\"><thead><tr><th class=\"num\">Age</th>"
         "<th>Classification</th><th>Partition</th><th class=\"num\">Producer id / epoch</th>"
         "<th class=\"num\">Coordinator epoch</th><th>Transactional id</th>"
-        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th></tr></thead><tbody>"
+        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th>"
+        "<th>Consumer groups blocked</th></tr></thead><tbody>"
         + "".join(rows) + "</tbody></table>"
     )
+
+
+def _blocked_groups_cell(late: LateTransaction) -> str:
+    """The groups stopped at this transaction's start offset, each with how long the exporter
+    has seen it there (a lower bound); unknown says why, never "none"."""
+    if late.blocked_groups_unknown is not None:
+        return (
+            f"<td data-blocked-groups=\"unknown\"><span class=\"note\">unknown "
+            f"({_e(late.blocked_groups_unknown)})</span></td>"
+        )
+    if not late.blocked_groups:
+        return "<td data-blocked-groups=\"0\">none</td>"
+    items = ", ".join(
+        f"<code>{_e(g.group_id)}</code> (&ge; {_e(_duration(g.blocked_seconds))})"
+        for g in late.blocked_groups
+    )
+    return f"<td data-blocked-groups=\"{len(late.blocked_groups)}\">{items}</td>"
 
 
 _BROKER_LABELS = ("Broker", "Status", "transaction.max.timeout.ms", "Partitions with open txns",
@@ -430,7 +449,8 @@ def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
 
 
 _TRANSACTION_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
-                       "Coordinator epoch", "Transactional id", "Start offset", "LSO lag")
+                       "Coordinator epoch", "Transactional id", "Start offset", "LSO lag",
+                       "Consumer groups blocked")
 
 
 def _label_cells(row: str, labels: Sequence[str]) -> str:

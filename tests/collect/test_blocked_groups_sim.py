@@ -11,6 +11,8 @@ the wire.
 
 from __future__ import annotations
 
+import io
+import json
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -24,9 +26,10 @@ from kafka_sim.consumer import (
     consume_and_commit,
 )
 from kafka_sim.producer import committed_transaction, hanging_transaction, open_transaction
-from simhelpers import CAPTURE_BROKER_CONFIG, poll_env
+from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings, poll_env
 
 from exporter.model import UnobservedReason
+from exporter.scan import EXIT_HANGING, run_scan
 
 TOPIC = "grp-test"
 QUIET_TOPIC = "quiet"
@@ -177,3 +180,16 @@ def test_no_group_request_without_a_late_transaction() -> None:
     assert obs.consumer_groups is None and obs2.consumer_groups is None
     assert log.counts[(2, None)] > 0  # the LSO is still read (same requests as before)
     assert log.group_requests() == 0
+
+
+def test_scan_json_names_the_blocked_group_of_the_simulated_cluster(
+    blocked_sim: tuple[SimCluster, dict[str, int], int],
+) -> None:
+    sim, _, hang_offset = blocked_sim
+    out, err = io.StringIO(), io.StringIO()
+    code = run_scan([cluster_settings(sim, "scan-groups")], "json", out, err)
+    assert code == EXIT_HANGING
+    (row,) = json.loads(out.getvalue())["transactions"]
+    assert row["start_offset"] == hang_offset
+    assert [g["group_id"] for g in row["blocked_groups"]] == ["grp-rc"]
+    assert row["blocked_groups_unknown"] is None
