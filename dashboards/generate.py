@@ -162,6 +162,19 @@ def _rule(alert: str, expr: str, summary: str, description: str) -> dict[str, An
     return rule
 
 
+BLOCKED_GROUPS_NOTE = (
+    '{{ with query (printf "max(kafka_transaction_blocked_consumer_groups{cluster=%q,'
+    'topic=%q,partition=%q,producer_id=%q,producer_epoch=%q,start_offset=%q})" '
+    "$labels.cluster $labels.topic $labels.partition $labels.producer_id "
+    "$labels.producer_epoch $labels.start_offset) }}"
+    "{{ . | first | value | humanize }} consumer group(s) are blocked there "
+    "(kafka_consumer_group_blocked_seconds names them)."
+    "{{ else }}how many consumer groups are blocked there is unknown "
+    "(kafka_txn_exporter_blocked_consumer_groups_unknown says why).{{ end }}"
+)
+"""The hanging alert's count of blocked groups, read when the alert is sent (the count is a
+separate series: absent when unknown, so the text says unknown rather than 0)."""
+
 HOLD_NOTE = (
     " If the exporter stops answering or no replica can poll the cluster, this alert keeps "
     "firing on the last values seen for up to {hold} instead of resolving; "
@@ -228,8 +241,10 @@ def rules_template() -> dict[str, Any]:
             "{{ $labels.topic }}-{{ $labels.partition }} since offset {{ $labels.start_offset }} "
             "for {{ $value | humanizeDuration }}, and its transaction coordinator no longer "
             "tracks it: nothing will ever commit or abort it. read_committed consumers of this "
-            "partition are stuck at offset {{ $labels.start_offset }}. After the checks in the "
-            "runbook, abort it with: kafka-transactions.sh --bootstrap-server <broker> abort "
+            "partition are stuck at offset {{ $labels.start_offset }}: "
+            + BLOCKED_GROUPS_NOTE
+            + " After the checks in the runbook, abort it with: kafka-transactions.sh "
+            "--bootstrap-server <broker> abort "
             "--topic {{ $labels.topic }} --partition {{ $labels.partition }} --start-offset "
             "{{ $labels.start_offset }}." + HOLD_NOTE.format(hold=_placeholder(hanging, "holdFor")),
         ),
@@ -794,6 +809,51 @@ def overview_dashboard() -> dash_m.Dashboard:
         .span(24)
         .height(6)
     )
+    board = board.with_panel(
+        table_b.Panel()
+        .id(ids())
+        .title("Consumer groups blocked by late or orphaned transactions")
+        .description(
+            "Consumer groups whose committed offset on a partition equals its last stable "
+            "offset while the high watermark is beyond it: read_committed consumers stopped by "
+            "the late or orphaned transaction whose start offset that is (find it in the tables "
+            "above, same topic and partition). blocked: how long the exporter has seen the "
+            "group there, a lower bound (Kafka does not report when an offset was committed). "
+            "Groups the exporter may not Describe are not listed: "
+            "kafka_txn_exporter_blocked_consumer_groups_unknown counts the transactions whose "
+            "groups are unknown (exporter health dashboard)."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                "max by (cluster, group, topic, partition) "
+                f"(kafka_consumer_group_blocked_seconds{{{CLUSTER}}})",
+                instant=True,
+                table_format=True,
+            )
+        )
+        .with_transformation(
+            dash_m.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {
+                        name: i
+                        for i, name in enumerate(
+                            ("cluster", "group", "topic", "partition", "Value")
+                        )
+                    },
+                    "renameByName": {"Value": "blocked"},
+                },
+            )
+        )
+        .sort_by([common_b.TableSortByFieldState().display_name("blocked").desc(True)])
+        .filterable(True)
+        .override_by_name("blocked", [dash_m.DynamicConfigValue(id_val="unit", value=SECONDS)])
+        .no_value("No blocked consumer group seen (unreadable ones: exporter health board)")
+        .span(24)
+        .height(6)
+    )
     board = board.with_row(dash_b.Row("How old are transactions?").id(ids()))
     board = board.with_panel(
         _timeseries(
@@ -1105,6 +1165,24 @@ def health_dashboard() -> dash_m.Dashboard:
             COUNT,
             _thresholds((None, GREEN), (1, ORANGE)),
             width=6,
+        )
+    )
+    board = board.with_panel(
+        _stat(
+            ids,
+            "Late transactions with unknown blocked groups",
+            "Late or orphaned transactions whose blocked consumer groups could not be read, by "
+            "reason: unauthorized (grant Describe on the groups), unsupported_api (brokers "
+            "before Kafka 3.0), broker_down, error. Their count of blocked groups is absent, "
+            "not 0. 0 while every such transaction's groups were read (or none is late).",
+            f"max by (cluster, reason) "
+            f"(kafka_txn_exporter_blocked_consumer_groups_unknown{{{CLUSTER}}}) "
+            f"or on (cluster) ((max by (cluster) (kafka_txn_exporter_up{{{CLUSTER}}}) == 1) * 0)",
+            "{{cluster}} {{reason}}",
+            COUNT,
+            _thresholds((None, GREEN), (1, ORANGE)),
+            width=6,
+            no_value="no exporter",
         )
     )
     board = board.with_panel(

@@ -46,6 +46,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka_sim.client import RawKafkaClient, parse_bootstrap
 from kafka_sim.cluster import SimCluster
+from kafka_sim.consumer import commit_offset
 from kafka_sim.producer import hanging_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
 
@@ -65,6 +66,7 @@ CLUSTER = "e2e"
 TOPIC = "payments"
 PARTITION = 0
 TRANSACTIONAL_ID = "e2e-hanging-1"
+BLOCKED_GROUP = "e2e-readers"
 TRANSACTION_MAX_TIMEOUT_MS = 2000
 LATE_BUFFER_SECONDS = 1.0
 POLL_INTERVAL_SECONDS = 1.0
@@ -208,6 +210,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             sim.bootstrap_servers, TRANSACTIONAL_ID, TOPIC, PARTITION,
             transaction_timeout_ms=TRANSACTION_MAX_TIMEOUT_MS,
         )  # fmt: skip
+        # A consumer group stopped behind it: committed at its start offset (= the LSO; the
+        # high watermark is past it), as a read_committed consumer leaves it.
+        commit_offset(sim.bootstrap_servers, BLOCKED_GROUP, TOPIC, PARTITION, start_offset)
         record_time_ms = _record_create_time_ms(sim, producer_id)
         late_at = (record_time_ms + TRANSACTION_MAX_TIMEOUT_MS) / 1000 + LATE_BUFFER_SECONDS
         yield Stack(
@@ -353,6 +358,11 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(stack: Stack)
         "transactional_id": TRANSACTIONAL_ID,
         "classification": "hanging",
     }
+    # The blocked groups table names the group stopped at the hanging transaction's offset.
+    (blocked,) = [t for _, title, t in targets if title.startswith("Consumer groups blocked")]
+    (row,) = prom.query(_substitute(blocked["expr"]))
+    assert row["metric"] == {"cluster": CLUSTER, "group": BLOCKED_GROUP, "topic": TOPIC,
+                             "partition": str(PARTITION)}
     assert CLUSTER in prom.label_values("cluster", "kafka_txn_exporter_up")
 
 
@@ -378,6 +388,7 @@ def test_hanging_transaction_pages_with_its_labels_and_resolves_after_abort(
     }
     assert alert["annotations"]["runbook_url"].endswith("docs/runbook.md#kafkahangingtransaction")
     assert f"--start-offset {stack.start_offset}" in alert["annotations"]["description"]
+    assert "1 consumer group(s) are blocked there" in alert["annotations"]["description"]
     (late_alert,) = late.alerts
     assert late_alert["labels"] == {
         "alertname": "KafkaLateTransactions",
