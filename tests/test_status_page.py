@@ -265,7 +265,8 @@ def test_page_escapes_html_and_quotes_commands_without_a_browser() -> None:
     assert html.escape(shlex.quote(CONFIG_FILE)) in page
     assert page.count('class="cmd"') == 1  # only the hanging row gets a command
     assert "<code>billing&lt;i&gt;</code>" in page  # a group id is chosen by its consumer
-    assert [page.count(f'data-blocked-groups="{n}"') for n in ("2", "unknown", "0")] == [1, 1, 1]
+    # Two "none": the unknown-classification late one and the orphaned one.
+    assert [page.count(f'data-blocked-groups="{n}"') for n in ("2", "unknown", "0")] == [1, 1, 2]
     assert f'http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}"' in page
 
 
@@ -273,13 +274,13 @@ def test_orphaned_transactions_not_yet_late_have_their_own_table_and_broker_colu
     dom = Dom(_example_page().decode())
     assert dom.rows("data-classification") == [
         ("hanging", ["2h 05m", "hanging", "payments-3", "4007 / 2", "-1", XSS_ID, "1204332",
-                     "51200"]),
+                     "51200", "billing<i> (≥ 6m 00s), audit (≥ 30s)"]),
         ("coordinator_tracked", ["22m 00s", "coordinator_tracked", "orders-0", "12 / 0", "4",
-                                 "orders-writer-7", "88", "17"]),
-        ("unknown", ["11m 40s", "unknown", "audit-1", "99 / 0", "-1", "none", "5", "?"]),
+                                 "orders-writer-7", "88", "17", "unknown (unauthorized)"]),
+        ("unknown", ["11m 40s", "unknown", "audit-1", "99 / 0", "-1", "none", "5", "?", "none"]),
         # The late orphaned one stays in the late table only, classified hanging.
         ("orphaned", ["1m 35s", "orphaned", "payments-4", "4100 / 0", "-1",
-                      "payments-writer-2", "77", "?"]),
+                      "payments-writer-2", "77", "?", "none"]),
     ]
     prod_brokers = dom.rows("data-broker")[:3]  # prod-eu is first
     assert [(b, cells[-1]) for b, cells in prod_brokers] == [("1", "2"), ("2", "?"), ("3", "?")]
@@ -318,7 +319,7 @@ def test_chromium_dom_shows_the_script_id_as_text_and_the_exact_abort_command(
     ])
     # Blocked consumer groups beside each transaction; unknown says why, never "none".
     assert [row[1][-1] for row in dom.rows("data-classification")] == [
-        "billing<i> (≥ 6m 00s), audit (≥ 30s)", "unknown (unauthorized)", "none",
+        "billing<i> (≥ 6m 00s), audit (≥ 30s)", "unknown (unauthorized)", "none", "none",
     ]
     # The command to copy, shell-quoted, and exactly the one abort.py accepts.
     (command,) = dom.texts("code", "cmd")

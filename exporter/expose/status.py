@@ -21,6 +21,7 @@ from exporter.model import (
     Classification,
     ClusterSnapshot,
     LateTransaction,
+    OrphanedTransaction,
     PartitionVerification,
     TopicPartition,
 )
@@ -385,7 +386,7 @@ def _transactions_table(
     )
 
 
-def _blocked_groups_cell(late: LateTransaction) -> str:
+def _blocked_groups_cell(late: LateTransaction | OrphanedTransaction) -> str:
     """The groups stopped at this transaction's start offset, each with how long the exporter
     has seen it there (a lower bound); unknown says why, never "none"."""
     if late.blocked_groups_unknown is not None:
@@ -405,7 +406,10 @@ def _blocked_groups_cell(late: LateTransaction) -> str:
 _BROKER_LABELS = ("Broker", "Status", "transaction.max.timeout.ms", "Partitions with open txns",
                   "late", "hanging", "orphaned")
 _ORPHANED_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
-                    "Coordinator epoch", "Transactional id", "Start offset", "LSO lag")
+                    "Coordinator epoch", "Transactional id", "Start offset", "LSO lag",
+                    "Consumer groups blocked")
+
+
 def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
     """Orphaned transactions not yet late (late ones are in the late table, as hanging)."""
     early = [o for o in snapshot.orphaned_transactions if not o.late]
@@ -430,7 +434,8 @@ def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
             f"<td class=\"num\">{txn.coordinator_epoch}</td>"
             f"<td>{tid}</td>"
             f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
-            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td></tr>",
+            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td>"
+            f"{_blocked_groups_cell(orphan)}</tr>",
             _ORPHANED_LABELS,
         ))
     return (
@@ -443,7 +448,8 @@ def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
         "<table class=\"transactions orphaned cards\"><thead><tr><th class=\"num\">Age</th>"
         "<th>Classification</th><th>Partition</th><th class=\"num\">Producer id / epoch</th>"
         "<th class=\"num\">Coordinator epoch</th><th>Transactional id</th>"
-        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th></tr></thead><tbody>"
+        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th>"
+        "<th>Consumer groups blocked</th></tr></thead><tbody>"
         + "".join(rows) + "</tbody></table>"
     )
 
