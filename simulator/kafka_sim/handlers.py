@@ -775,6 +775,10 @@ NOT_LEADER_MESSAGE = ERROR_MESSAGES[NOT_LEADER_OR_FOLLOWER]
 
 
 def _producer_rows(log: PartitionLog) -> list[ProducerRow]:
+    if len(log.producers) == 1:  # most partitions: no order to work out
+        (e,) = log.producers.values()
+        return [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
+                 e.coordinator_epoch, e.current_txn_first_offset)]
     return [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
              e.coordinator_epoch, e.current_txn_first_offset) for e in log.active_producers()]
 
@@ -800,12 +804,13 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
                     append((idx, UNKNOWN_TOPIC_OR_PARTITION, None, ()))
                     continue
                 p = partitions[idx]
+                log = p.log
                 if broker_id not in p.replicas:
                     append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
-                elif p.log is None or not p.log.producers:
+                elif log is None or not log.producers:
                     append(idx)  # error 0, no message, no producers
                 else:
-                    append((idx, NONE, None, _producer_rows(p.log)))
+                    append((idx, NONE, None, _producer_rows(log)))
             topics.append((name, parts))
             continue
         for idx in rt.partition_indexes:
