@@ -8,6 +8,7 @@ mutable.HashSet / mutable.HashMap / immutable.Set, from the element hash codes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -15,8 +16,11 @@ T = TypeVar("T")
 _M = 0xFFFFFFFF
 
 
+@functools.lru_cache(maxsize=65536)
 def java_string_hash(s: str) -> int:
-    """java.lang.String.hashCode as a signed int32 (UTF-16 code units, overflow)."""
+    """java.lang.String.hashCode as a signed int32 (UTF-16 code units, overflow).
+
+    Cached: the same topic names are hashed for every partition of every answer."""
     h = 0
     data = s.encode("utf-16-be")
     for i in range(0, len(data), 2):
