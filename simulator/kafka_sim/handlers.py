@@ -774,6 +774,19 @@ def _list_offsets_message(
 NOT_LEADER_MESSAGE = ERROR_MESSAGES[NOT_LEADER_OR_FOLLOWER]
 
 
+def _producer_columns(
+    state: ClusterState, t: Topic
+) -> tuple[list[tuple[int, ...]], list[PartitionLog | None]]:
+    """Each partition's replicas and log, rebuilt when replicas may have changed (Metadata
+    version) or a log was created anywhere (`ClusterState.log_of`)."""
+    key = (state.metadata_version, len(state.logs))
+    cached = t.producer_columns
+    if cached is None or cached[0] != key:
+        cached = t.producer_columns = (
+            key, [p.replicas for p in t.partitions], [p.log for p in t.partitions])
+    return cached[1], cached[2]
+
+
 def _producer_rows(log: PartitionLog) -> list[ProducerRow]:
     if len(log.producers) == 1:  # most partitions: no order to work out
         (e,) = log.producers.values()
@@ -797,15 +810,16 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
         parts: list[DescribeProducersPartitionRow] = []
         append = parts.append
         if allowed and not rules and t is not None:
-            # The common case, the same answers as the loop below with its checks decided.
+            # The common case, the same answers as the loop below with its checks decided,
+            # read from dense per-topic lists (a million Partition objects are slow to visit).
+            replicas_of, logs = _producer_columns(state, t)
             count = len(partitions)
             for idx in rt.partition_indexes:
                 if not 0 <= idx < count:
                     append((idx, UNKNOWN_TOPIC_OR_PARTITION, None, ()))
                     continue
-                p = partitions[idx]
-                log = p.log
-                if broker_id not in p.replicas:
+                log = logs[idx]
+                if broker_id not in replicas_of[idx]:
                     append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
                 elif log is None or not log.producers:
                     append(idx)  # error 0, no message, no producers

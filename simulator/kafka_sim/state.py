@@ -84,7 +84,8 @@ class Partition:
 
 
 class Topic:
-    __slots__ = ("configs", "is_internal", "metadata_cache", "name", "partitions", "topic_id")
+    __slots__ = ("configs", "is_internal", "metadata_cache", "name", "partitions",
+                 "producer_columns", "topic_id")
 
     def __init__(self, name: str, topic_id: uuid.UUID, is_internal: bool,
                  configs: Mapping[str, str]) -> None:
@@ -96,6 +97,10 @@ class Topic:
         # (ClusterState.metadata_version, partition rows in Metadata order, their encoded
         # partitions array by layout): rebuilt on change
         self.metadata_cache: tuple[int, list[Any], dict[int, bytes]] | None = None
+        # ((metadata_version, number of logs in the cluster), each partition's replicas, each
+        # partition's log or None): what DescribeProducers reads, as two dense lists
+        self.producer_columns: tuple[tuple[int, int], list[tuple[int, ...]],
+                                     list[PartitionLog | None]] | None = None
 
 
 @dataclass(slots=True)
@@ -378,6 +383,8 @@ class ClusterState:
         return self.partition(topic, partition) is not None
 
     def log_of(self, p: Partition) -> PartitionLog:
+        """The partition's log, created on first use; logs are only ever created here and
+        never dropped, so `len(self.logs)` counts the changes of "which partitions have one"."""
         if p.log is None:
             p.log = PartitionLog()
             self.logs.append(p)

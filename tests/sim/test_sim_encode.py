@@ -288,3 +288,24 @@ def test_lean_request_decoder_leaves_anything_unusual_to_kafka_python(
         assert ours.header.client_id == theirs.header.client_id
         assert [(t.name, t.partition_indexes) for t in ours.topics] == [
             (t.name, list(t.partition_indexes)) for t in theirs.topics]
+
+
+def test_describe_producers_sees_new_logs_and_moved_replicas(state: ClusterState) -> None:
+    """The per-topic lists the common case reads follow the state: a log created after a first
+    answer, and a reassignment."""
+    from kafka_sim.seed import seed_cluster
+
+    T = DescribeProducersRequest.TopicRequest
+    request = DescribeProducersRequest(version=0, topics=[T(name="u", partition_indexes=[0])])
+    leader = state.partition("u", 0).leader_id
+    before = answer(state, 61, 0, request, broker=leader)
+    assert before.topics[0].partitions[0].active_producers == []
+    seed_cluster(state, now_ms=state.now_ms(), idempotent_partitions={"u": 1}, rng_seed=3)
+    after = answer(state, 61, 0, request, broker=leader)
+    assert len(after.topics[0].partitions[0].active_producers) == 1
+    outsider = next(b for b in state.node_ids if b not in state.partition("u", 0).replicas)
+    state.move_partition_leader("u", 0, outsider)  # reassigned: the old leader may drop out
+    replicas = state.partition("u", 0).replicas
+    for broker in state.node_ids:
+        (p,) = answer(state, 61, 0, request, broker=broker).topics[0].partitions
+        assert (p.error_code == 0) == (broker in replicas)
