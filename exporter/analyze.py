@@ -27,6 +27,7 @@ from exporter.model import (
     Classification,
     ClusterObservation,
     ClusterSnapshot,
+    CommittedOffset,
     LateTransaction,
     OpenTransaction,
     OrphanedTransaction,
@@ -52,6 +53,7 @@ __all__ = [
     "analyze",
     "blocked_groups",
     "classify",
+    "committed_by_partition",
     "effective_max_timeout_ms",
     "finalized_transaction_version",
     "is_late",
@@ -148,8 +150,28 @@ def orphaned_transactions(
     return [t for t in open_transactions if is_orphaned(untracked_polls.get(t.key, 0))]
 
 
+CommittedByPartition = Mapping[TopicPartition, list[CommittedOffset]]
+
+
+def committed_by_partition(obs: ClusterObservation) -> dict[TopicPartition, list[CommittedOffset]]:
+    """The observation's committed offsets per partition (one pass, so that finding each
+    transaction's groups stays linear in groups x late partitions)."""
+    index: dict[TopicPartition, list[CommittedOffset]] = {}
+    if obs.consumer_groups is not None:
+        for c in obs.consumer_groups.committed:
+            tp = TopicPartition(c.topic, c.partition)
+            entries = index.get(tp)
+            if entries is None:
+                index[tp] = [c]
+            else:
+                entries.append(c)
+    return index
+
+
 def blocked_groups(
-    txn: OpenTransaction, obs: ClusterObservation
+    txn: OpenTransaction,
+    obs: ClusterObservation,
+    committed: CommittedByPartition | None = None,
 ) -> tuple[tuple[BlockedGroup, ...], UnobservedReason | None]:
     """The consumer groups `txn` (a late or orphaned transaction) stops, or why they are
     unknown.
@@ -172,6 +194,8 @@ def blocked_groups(
     if txn.current_txn_start_offset != stable:
         return (), None
     now_ms = obs.observed_at_ms
+    if committed is None:
+        committed = committed_by_partition(obs)
     return tuple(
         BlockedGroup(
             group_id=c.group_id,
@@ -180,8 +204,8 @@ def blocked_groups(
             committed_offset=c.offset,
             blocked_seconds=max(0, now_ms - c.first_seen_ms) / 1000.0,
         )
-        for c in groups.committed
-        if c.offset == stable and c.topic == txn.topic and c.partition == txn.partition
+        for c in committed.get(tp, ())
+        if c.offset == stable
     ), None
 
 
@@ -229,6 +253,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     orphan_undecided_brokers: set[int] = set()
     by_source: dict[str, int] = {}
     blocked_unknown_by_reason: dict[str, int] = {}
+    committed_index: dict[TopicPartition, list[CommittedOffset]] | None = None
     for txn in obs.open_transactions:
         by_source[txn.start_time_source.value] = by_source.get(txn.start_time_source.value, 0) + 1
         tp = TopicPartition(txn.topic, txn.partition)
@@ -243,7 +268,9 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         blocked: tuple[BlockedGroup, ...] = ()
         blocked_unknown: str | None = None
         if txn_is_late or txn_is_orphaned:
-            blocked, why = blocked_groups(txn, obs)
+            if committed_index is None:
+                committed_index = committed_by_partition(obs)
+            blocked, why = blocked_groups(txn, obs, committed_index)
             if why is not None:
                 blocked_unknown = why.value
                 blocked_unknown_by_reason[blocked_unknown] = (

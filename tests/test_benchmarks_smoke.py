@@ -325,3 +325,17 @@ def test_bench_poll_scale_tiny_polls_without_lost_requests_against_both_simulato
     assert s["meets_zero_lost"] is True
     assert s["ratio_warm_sim_cpu_seconds"] is None or s["ratio_warm_sim_cpu_seconds"] > 0
     assert "targets: zero lost True" in stdout
+
+
+def test_bench_blocked_groups_tiny_counts_no_group_request_without_late_transactions() -> None:
+    stdout, results = _run("bench_blocked_groups.py", "--late", "0", "3", "--partitions", "20",
+                           "--open", "2", "--groups", "2", "--repeat", "1")
+    assert [r["late_partitions"] for r in results] == [0, 3]
+    idle, late = results
+    _assert_machine(idle["machine"])
+    assert idle["group_requests"] == {} and idle["committed_offsets_read"] == 0
+    assert idle["requests_with_groups"] == idle["requests_without_groups"]
+    assert late["group_requests"]["ListGroups"] == 3
+    assert late["group_requests"]["FindCoordinator(group)"] == 1
+    assert late["committed_offsets_read"] == 2 * 3
+    assert late["poll_cpu_seconds_with_groups"] > 0 and "extra ms/late" in stdout

@@ -51,7 +51,8 @@ _RETRIABLE = frozenset({NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS})
 class _Lookup:
     partitions: list[tuple[str, list[int]]]
     """The affected partitions, by topic, as OffsetFetch asks for them."""
-    offsets: dict[tuple[str, TopicPartition], int] = field(default_factory=dict)
+    offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    """(group, topic, partition) -> committed offset (>= 0)."""
     unknown: dict[TopicPartition, str] = field(default_factory=dict)
 
     def all_unknown(self, detail: str) -> None:
@@ -69,8 +70,8 @@ class ConsumerGroupReader:
     def __init__(self, client: ClusterClient, support: ApiSupportLog) -> None:
         self._client = client
         self._support = support
-        self._seen: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
-        """(group, partition) -> (committed offset, first seen with it, epoch ms)."""
+        self._seen: dict[tuple[str, str, int], tuple[int, int]] = {}
+        """(group, topic, partition) -> (committed offset, first seen with it, epoch ms)."""
 
     def cache_sizes(self) -> dict[str, int]:
         return {"committed_offsets": len(self._seen)}
@@ -217,23 +218,27 @@ class ConsumerGroupReader:
                 for tp, code in answer.errors:
                     state.error(coordinator, "OffsetFetch", error_name(code))
                     lookup.unknown.setdefault(tp, error_name(code))
-                for tp, offset in answer.offsets.items():
+                group_id = answer.group_id
+                for topic, partition, offset in answer.offsets:
                     if offset >= 0:  # -1: nothing committed on that partition
-                        lookup.offsets[(answer.group_id, tp)] = offset
+                        lookup.offsets[(group_id, topic, partition)] = offset
         return retry
 
     def _remember(self, lookup: _Lookup, now_ms: int) -> tuple[CommittedOffset, ...]:
-        seen: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
+        """Keys are plain tuples (hashed in C): there are groups x late partitions of them."""
+        previous_seen = self._seen
+        seen: dict[tuple[str, str, int], tuple[int, int]] = {}
         committed: list[CommittedOffset] = []
-        for key, offset in sorted(lookup.offsets.items()):
-            previous = self._seen.get(key)
+        append = committed.append
+        for key, offset in lookup.offsets.items():
+            previous = previous_seen.get(key)
             first_seen = previous[1] if previous is not None and previous[0] == offset else now_ms
             seen[key] = (offset, first_seen)
-            group_id, tp = key
-            committed.append(CommittedOffset(group_id, tp.topic, tp.partition, offset, first_seen))
+            append(CommittedOffset(key[0], key[1], key[2], offset, first_seen))
         # A (group, partition) left unknown this poll keeps its memory for the next one.
-        for key, value in self._seen.items():
-            if key not in seen and key[1] in lookup.unknown:
-                seen[key] = value
+        if lookup.unknown:
+            for key, value in previous_seen.items():
+                if key not in seen and TopicPartition(key[1], key[2]) in lookup.unknown:
+                    seen[key] = value
         self._seen = seen
         return tuple(committed)

@@ -234,8 +234,9 @@ class GroupOffsetsAnswer:
 
     group_id: str
     error_code: int
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    """Committed offset per partition answered without error (-1: nothing committed)."""
+    offsets: list[tuple[str, int, int]] = field(default_factory=list)
+    """(topic, partition, committed offset) answered without error (-1: nothing committed).
+    Plain tuples: an answer holds groups x late partitions entries."""
     errors: list[tuple[TopicPartition, int]] = field(default_factory=list)
 
 
@@ -244,12 +245,15 @@ def parse_offset_fetch_groups(response: Any) -> list[GroupOffsetsAnswer]:
     answers: list[GroupOffsetsAnswer] = []
     for g in response.groups:
         answer = GroupOffsetsAnswer(g.group_id, g.error_code)
+        append = answer.offsets.append
         for topic in g.topics:
+            name = topic.name
             for p in topic.partitions:
-                tp = TopicPartition(topic.name, p.partition_index)
                 if p.error_code == NONE:
-                    answer.offsets[tp] = p.committed_offset
+                    append((name, p.partition_index, p.committed_offset))
                 else:
-                    answer.errors.append((tp, p.error_code))
+                    answer.errors.append(
+                        (TopicPartition(name, p.partition_index), p.error_code)
+                    )
         answers.append(answer)
     return answers

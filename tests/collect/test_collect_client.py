@@ -147,8 +147,9 @@ def test_parse_list_groups_keeps_the_simple_consumer_groups_of_the_real_answer()
 
 def test_parse_offset_fetch_groups_reads_each_group_of_the_real_v8_answer() -> None:
     answers = parse_offset_fetch_groups(_groups_capture("08", OffsetFetchResponse))
-    tp0 = TopicPartition("grp-test", 0)
-    assert [(a.group_id, a.error_code, a.offsets[tp0]) for a in answers] == [
-        ("grp-rc", 0, 6), ("grp-ru", 0, 11), ("grp-lagging", 0, 2), ("no-such-group", 0, -1)
+    assert [(a.group_id, a.error_code, a.offsets[0]) for a in answers] == [
+        ("grp-rc", 0, ("grp-test", 0, 6)), ("grp-ru", 0, ("grp-test", 0, 11)),
+        ("grp-lagging", 0, ("grp-test", 0, 2)), ("no-such-group", 0, ("grp-test", 0, -1)),
     ]
+    assert all([p for _, p, _ in a.offsets] == [0, 1, 2] for a in answers)
     assert all(not a.errors for a in answers)
