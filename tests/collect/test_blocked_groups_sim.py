@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -26,8 +27,10 @@ from kafka_sim.consumer import (
     consume_and_commit,
 )
 from kafka_sim.producer import committed_transaction, hanging_transaction, open_transaction
+from kafka_sim.workload import Workload
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings, poll_env
 
+from exporter.demo import DEMO_CONSUMER_GROUP, HANGING_PARTITIONS, HANGING_TOPIC
 from exporter.model import UnobservedReason
 from exporter.scan import EXIT_HANGING, run_scan
 
@@ -193,3 +196,63 @@ def test_scan_json_names_the_blocked_group_of_the_simulated_cluster(
     assert row["start_offset"] == hang_offset
     assert [g["group_id"] for g in row["blocked_groups"]] == ["grp-rc"]
     assert row["blocked_groups_unknown"] is None
+
+
+def test_the_demos_read_committed_group_is_blocked_behind_its_hanging_transaction() -> None:
+    """The demo's set-up (exporter/demo.py): its payments workload with the read_committed
+    group DEMO_CONSUMER_GROUP committing as it reads, then a hanging transaction on partition 0
+    (backdated here so that it is late at once). The group stops at its start offset while the
+    workload's commits move the high watermark on: blocked; nowhere else."""
+    with SimCluster(brokers=3, topics={HANGING_TOPIC: HANGING_PARTITIONS},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        workload = Workload(sim.bootstrap_servers, HANGING_TOPIC,
+                            partitions=range(HANGING_PARTITIONS), transactions_per_second=50,
+                            abort_ratio=0.0, long_running_ratio=0.0, seed=5,
+                            consumer_group=DEMO_CONSUMER_GROUP)
+        assert workload.consumer is not None
+        workload.consumer.commit_interval_s = 0.1
+
+        def committed_at(start: int) -> bool:
+            c = sim.call(sim.state.groups.committed, DEMO_CONSUMER_GROUP, HANGING_TOPIC, 0)
+            hw = sim.call(lambda: sim.state.partition(HANGING_TOPIC, 0).log.high_watermark)
+            return c is not None and c.offset == start and hw > start + 5
+
+        with workload, poll_env(sim, "demo-groups") as env:
+            _, _, start = hanging_transaction(sim.bootstrap_servers, "demo-hanging-1",
+                                              HANGING_TOPIC, 0, backdate_ms=HANG_BACKDATE_MS)
+            deadline = time.monotonic() + 15
+            while not committed_at(start) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert committed_at(start)
+            _, snap = env.poll()
+    assert workload.consumer.stats.errors == 0, workload.consumer.stats.last_error
+    (late,) = snap.late_transactions
+    assert (late.transaction.topic, late.transaction.partition) == (HANGING_TOPIC, 0)
+    assert late.blocked_groups_unknown is None
+    assert [(g.group_id, g.committed_offset) for g in late.blocked_groups] == [
+        (DEMO_CONSUMER_GROUP, start)]
+
+
+def test_an_orphaned_transaction_not_yet_late_reports_its_blocked_group() -> None:
+    """A fresh hanging transaction is not late, but orphaned after two untracked polls: its
+    groups are looked up from then on (and not before: no group request while it is neither)."""
+    with SimCluster(brokers=3, topics={TOPIC: 3}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        b = sim.bootstrap_servers
+        _, _, start = hanging_transaction(b, "young-hang", TOPIC, 1, now_ms=sim.clock.now_ms)
+        commit_offset(b, "young-readers", TOPIC, 1, start)
+        log = RequestLog(sim)
+        with poll_env(sim, "orphan-groups") as env:
+            _, first = env.poll()
+            before = log.group_requests()
+            snaps = []
+            for _ in range(2):
+                sim.call(sim.clock.advance, 30_000)
+                snaps.append(env.poll()[1])
+    assert first.orphaned_transactions == () and before == 0
+    last = snaps[-1]
+    assert last.late_transactions == ()
+    (orphan,) = last.orphaned_transactions
+    assert orphan.blocked_groups_unknown is None
+    assert [(g.group_id, g.committed_offset) for g in orphan.blocked_groups] == [
+        ("young-readers", start)]
+    assert log.group_requests() > 0
