@@ -6,7 +6,10 @@ Issue 18 item 3: `scan` of a one-broker cluster with 1,000 partitions in at most
   topic of `--partitions` (1,000) partitions, `--late` (5) hanging transactions, so the scan
   takes its whole path (producers, transactions, start times) and prints rows;
 - each measured command, run `--repeat` times in turn (A B C A B C ...), fresh processes:
-  - `scan`: `python -m exporter scan --bootstrap-servers ...` with this tree's exporter;
+  - `scan`: `python -m exporter scan --bootstrap-servers ... --orphan-check-seconds 0` with
+    this tree's exporter: one poll, as `find-hanging` takes one look (by default a scan that
+    sees open transactions polls again, `--orphan-check-seconds` later, to tell orphaned
+    ones: `--default-scan` adds that command too, `scan_default`);
   - `python -c pass` (baseline): the interpreter's own start-up and exit;
   - `scan` of another revision (`--baseline-root DIR`, optional): the same command with
     that directory's `exporter` package (e.g. `git archive REV exporter | tar -x -C DIR`).
@@ -73,6 +76,11 @@ def _compile(root: Path) -> None:
                    env=_env(), check=True, stdout=subprocess.DEVNULL)
 
 
+def _knows_orphan_check(root: Path) -> bool:
+    """Revisions before the orphan check poll once anyway and lack the flag."""
+    return "--orphan-check-seconds" in (root / "exporter" / "cli.py").read_text()
+
+
 def _run(command: list[str], cwd: Path) -> tuple[float, float, int, str]:
     """(wall s, CPU s, exit status, stdout) of one fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -98,6 +106,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--baseline-root", type=Path, default=None,
                         help="directory whose `exporter` package is the before side")
+    parser.add_argument("--default-scan", action="store_true",
+                        help="also time the scan with its default orphan check")
     parser.add_argument("--serve-sim", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_sim:
@@ -114,8 +124,12 @@ def main(argv: list[str]) -> int:
         servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         scan = [sys.executable, "-m", "exporter", "scan", "--bootstrap-servers", servers,
                 "--log.format", "json"]
+        one_poll = ["--orphan-check-seconds", "0"]
         commands: dict[str, tuple[list[str], Path]] = {
-            name: (scan, root) for name, root in roots.items()}
+            name: ([*scan, *one_poll] if _knows_orphan_check(root) else scan, root)
+            for name, root in roots.items()}
+        if args.default_scan:
+            commands["scan_default"] = (scan, common.REPO_ROOT)
         commands["python_pass"] = ([sys.executable, "-c", "pass"], common.REPO_ROOT)
         for command, cwd in commands.values():  # warm-up: page cache, the simulator's state
             _run(command, cwd)
@@ -143,6 +157,7 @@ def main(argv: list[str]) -> int:
         "late": args.late,
         "repeat": args.repeat,
         "commands": results,
+        "scan_command": commands["scan"][0][2:],
         "ratio_scan_vs_python_pass_wall": paired("scan", "python_pass", walls),
         "ratio_scan_vs_python_pass_cpu": paired("scan", "python_pass", cpus),
         "machine_load_average_at_end": common.load_average(),
