@@ -264,8 +264,10 @@ def rules_template() -> dict[str, Any]:
             "{{ $labels.start_offset }} ({{ $value | humanizeDuration }}) that its transaction "
             "coordinator did not track on two consecutive polls: it is hanging, caught before "
             "it is late, and nothing will ever commit or abort it. read_committed consumers of "
-            "this partition are stuck at offset {{ $labels.start_offset }}. Once it is late, "
-            "KafkaHangingTransaction fires for it too. Confirm and abort it as the runbook says."
+            "this partition are stuck at offset {{ $labels.start_offset }}: "
+            + BLOCKED_GROUPS_NOTE
+            + " Once it is late, KafkaHangingTransaction fires for it too. Confirm and abort it "
+            "as the runbook says."
             + HOLD_NOTE.format(hold=_placeholder(orphaned, "holdFor")),
         ),
     ]
