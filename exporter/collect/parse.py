@@ -218,11 +218,12 @@ CONSUMER_GROUP_TYPES = frozenset({"classic", "consumer"})
 def parse_list_groups(response: Any) -> tuple[int, list[str]]:
     """ListGroups answer -> (error code, ids of the consumer groups it lists)."""
     groups: list[str] = []
+    # group_type exists from v5; kafka-python fills it with "" below v5 (read as "not said").
+    typed = getattr(response, "API_VERSION", 0) >= 5
     for g in response.groups:
-        group_type = getattr(g, "group_type", None)  # v5+
         if g.protocol_type not in CONSUMER_PROTOCOL_TYPES:
             continue
-        if group_type is not None and group_type.lower() not in CONSUMER_GROUP_TYPES:
+        if typed and str(g.group_type).lower() not in CONSUMER_GROUP_TYPES:
             continue
         groups.append(g.group_id)
     return response.error_code, groups

@@ -256,3 +256,40 @@ def test_an_orphaned_transaction_not_yet_late_reports_its_blocked_group() -> Non
     assert [(g.group_id, g.committed_offset) for g in orphan.blocked_groups] == [
         ("young-readers", start)]
     assert log.group_requests() > 0
+
+
+def test_brokers_without_batched_group_lookups_make_the_groups_unknown_not_none() -> None:
+    """Kafka 2.8 has FindCoordinator up to v3 and OffsetFetch up to v7 (one group per request):
+    the exporter does not fall back to one request per group, so the groups are unknown
+    (unsupported_api) and nothing past ListGroups is sent."""
+    with SimCluster(brokers=1, profile="2.8", topics={TOPIC: 1},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        b = sim.bootstrap_servers
+        _, _, start = hanging_transaction(b, "old-hang", TOPIC, 0, backdate_ms=HANG_BACKDATE_MS)
+        committed_transaction(b, "old-commit", TOPIC, {0: 2})
+        commit_offset(b, "old-readers", TOPIC, 0, start)
+        log = RequestLog(sim)
+        with poll_env(sim, "old-groups") as env:
+            _, snap = env.poll()
+    (late,) = snap.late_transactions
+    assert late.blocked_groups == ()
+    assert late.blocked_groups_unknown == UnobservedReason.UNSUPPORTED_API.value
+    assert snap.blocked_groups_unknown_by_reason == {"unsupported_api": 1}
+    assert log.counts[(LIST_GROUPS, None)] == 1
+    assert log.counts[(FIND_COORDINATOR, 0)] == 0 and log.counts[(OFFSET_FETCH, None)] == 0
+
+
+def test_kafka_3_0_brokers_answer_the_batched_lookup_and_the_group_is_found() -> None:
+    """Kafka 3.0: ListGroups v4 (no group type in the answer), FindCoordinator v4, OffsetFetch
+    v8: the first release with everything batched."""
+    with SimCluster(brokers=1, profile="3.0", topics={TOPIC: 1},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        b = sim.bootstrap_servers
+        _, _, start = hanging_transaction(b, "v30-hang", TOPIC, 0, backdate_ms=HANG_BACKDATE_MS)
+        committed_transaction(b, "v30-commit", TOPIC, {0: 2})
+        commit_offset(b, "v30-readers", TOPIC, 0, start)
+        with poll_env(sim, "v30-groups") as env:
+            _, snap = env.poll()
+    (late,) = snap.late_transactions
+    assert late.blocked_groups_unknown is None
+    assert [g.group_id for g in late.blocked_groups] == ["v30-readers"]

@@ -143,6 +143,8 @@ def _groups_capture(prefix: str, response_class: Any) -> Any:
 def test_parse_list_groups_keeps_the_simple_consumer_groups_of_the_real_answer() -> None:
     code, groups = parse_list_groups(_groups_capture("01", ListGroupsResponse))
     assert code == 0 and groups == ["grp-lagging", "grp-rc", "grp-ru"]
+    # v4 has no group_type (kafka-python leaves it ""): the groups are kept all the same.
+    assert parse_list_groups(_groups_capture("02", ListGroupsResponse)) == (code, groups)
 
 
 def test_parse_offset_fetch_groups_reads_each_group_of_the_real_v8_answer() -> None:
