@@ -8,8 +8,9 @@ Issue 18 item 3: `scan` of a one-broker cluster with 1,000 partitions in at most
 - each measured command, run `--repeat` times in turn (A B C A B C ...), fresh processes:
   - `scan`: `python -m exporter scan --bootstrap-servers ... --orphan-check-seconds 0` with
     this tree's exporter: one poll, as `find-hanging` takes one look (by default a scan that
-    sees open transactions polls again, `--orphan-check-seconds` later, to tell orphaned
-    ones: `--default-scan` adds that command too, `scan_default`);
+    sees open transactions not yet late polls again at once to ask their coordinators, and
+    waits only to confirm one found not tracked: `--default-scan` adds that command too,
+    `scan_default`; `--young N` seeds N such healthy transactions);
   - `python -c pass` (baseline): the interpreter's own start-up and exit;
   - `scan` of another revision (`--baseline-root DIR`, optional): the same command with
     that directory's `exporter` package (e.g. `git archive REV exporter | tar -x -C DIR`).
@@ -43,20 +44,24 @@ import _common as common
 SCRIPT = Path(__file__).resolve()
 TOPIC = "orders"
 EXIT_HANGING = 1  # exporter.scan: hanging transactions found (0: none)
+YOUNG_TIMEOUT_MS = 900_000  # young transactions stay open, not late, for the whole run
 
 
-def serve_sim(partitions: int, late: int) -> int:
+def serve_sim(partitions: int, late: int, young: int) -> int:
     from kafka_sim.cluster import SimCluster
-    from kafka_sim.seed import seed_hanging_transaction
+    from kafka_sim.seed import seed_hanging_transaction, seed_open_transaction
 
     sim = SimCluster(brokers=1, topics={TOPIC: partitions},
-                     broker_config={"transaction.max.timeout.ms": "60000"}).start()
+                     broker_config={"transaction.max.timeout.ms": str(YOUNG_TIMEOUT_MS)}).start()
     now = int(sim.clock.now_ms())
 
     def seed(state: Any) -> None:
         for i in range(late):
             seed_hanging_transaction(state, f"bench-hang-{i}", TOPIC, i * partitions // late,
                                      last_timestamp_ms=now - 3_600_000 - i * 1000)
+        for i in range(young):  # on the odd partitions: the hanging ones take even ones
+            seed_open_transaction(state, f"bench-young-{i}", [(TOPIC, (2 * i + 1) % partitions)],
+                                  start_ms=now, timeout_ms=YOUNG_TIMEOUT_MS)
 
     sim.call(seed, sim.state)
     print("READY " + json.dumps({"bootstrap": sim.bootstrap_servers, "pid": os.getpid()}),
@@ -103,6 +108,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=1_000)
     parser.add_argument("--late", type=int, default=5)
+    parser.add_argument("--young", type=int, default=0,
+                        help="healthy open transactions, coordinator-tracked, not late: the "
+                             "default scan asks their coordinators with a second poll")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--baseline-root", type=Path, default=None,
                         help="directory whose `exporter` package is the before side")
@@ -111,7 +119,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--serve-sim", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_sim:
-        return serve_sim(args.partitions, args.late)
+        return serve_sim(args.partitions, args.late, args.young)
     machine = common.machine_info()
     roots = {"scan": common.REPO_ROOT}
     if args.baseline_root is not None:
@@ -119,7 +127,8 @@ def main(argv: list[str]) -> int:
     for root in roots.values():
         _compile(root)
     with common.serving_child(SCRIPT, ["--serve-sim", "--partitions", str(args.partitions),
-                                       "--late", str(args.late)]) as sim:
+                                       "--late", str(args.late),
+                                       "--young", str(args.young)]) as sim:
         bootstrap = sim["bootstrap"]
         servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         scan = [sys.executable, "-m", "exporter", "scan", "--bootstrap-servers", servers,
@@ -155,6 +164,7 @@ def main(argv: list[str]) -> int:
         "machine": machine,
         "partitions": args.partitions,
         "late": args.late,
+        "young": args.young,
         "repeat": args.repeat,
         "commands": results,
         "scan_command": commands["scan"][0][2:],
@@ -167,7 +177,7 @@ def main(argv: list[str]) -> int:
         result["ratio_scan_vs_baseline_cpu"] = paired("scan", "scan_baseline_root", cpus)
     print(f"machine: {machine}")
     print(f"scan as a whole process, 1 broker x {args.partitions} partitions ({args.late} "
-          f"hanging), {args.repeat} rounds:")
+          f"hanging, {args.young} young), {args.repeat} rounds:")
     for name, r in results.items():
         print(f"  {name:<20} wall median {r['wall_median_s']:.3f} s (min {r['wall_min_s']:.3f}, "
               f"max {r['wall_max_s']:.3f})  CPU median {r['cpu_median_s']:.3f} s")

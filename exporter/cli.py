@@ -122,15 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     scan_p = sub.add_parser(
         "scan",
-        help="poll once and list late transactions (like kafka-transactions.sh find-hanging)",
+        help="list late and orphaned transactions (like kafka-transactions.sh find-hanging)",
         description=(
             "Poll each cluster and print its late open transactions, and the orphaned ones not "
             "yet late, with find-hanging's "
             "columns (Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset "
             "LastTimestamp Duration(min)) plus Age, TransactionalId, Classification and "
             "BlockedGroups (consumer groups stopped at its start offset; - none, ? unknown). "
-            "While open transactions could be orphaned it polls again (at most twice, "
-            "--orphan-check-seconds apart). "
+            "When it sees open transactions not yet late it polls again at once to ask their "
+            "coordinators, "
+            "and once more --orphan-check-seconds later only to confirm one found not tracked. "
             "Exit status: 0 nothing hanging, 1 a hanging or orphaned transaction was found, "
             "2 error."
         ),
@@ -144,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="scan only this cluster (repeatable; default all)")
     scan_p.add_argument("--orphan-check-seconds", type=_non_negative_seconds,
                         default=DEFAULT_ORPHAN_CHECK_SECONDS, metavar="SECONDS",
-                        help="pause between the polls that confirm an orphaned transaction "
+                        help="pause before the poll that confirms a transaction its coordinator "
+                             "does not track is orphaned "
                              f"(default {DEFAULT_ORPHAN_CHECK_SECONDS:g}; 0: poll once, "
                              "late transactions only)")
 

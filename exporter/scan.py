@@ -7,8 +7,10 @@ transaction's start, the exporter's measure), TransactionalId, Classification an
 BlockedGroups (the consumer groups stopped at its start offset: "-" none, "?" unknown). Rows are
 the *late* transactions, and the *orphaned* ones not yet late (docs/kafka-semantics.md#orphaned):
 orphaned needs the coordinator's "not tracked" on two consecutive polls after the transaction was
-first seen, so while a poll finds a suspect the scan polls again, `orphan_check_seconds` apart
-(at most `1 + ORPHANED_AFTER_POLLS` polls; 0 = one poll, find-hanging's way). Exit status 1 when
+first seen. When the first poll sees open transactions not yet late the scan polls again at once
+to ask their coordinators; only when one is found not tracked does it wait `orphan_check_seconds` and poll a
+third time to confirm (0 = one poll, find-hanging's way). A healthy cluster costs one extra quick
+poll, never a wait. Exit status 1 when
 a row is classified hanging or orphaned. The JSON output also gives each row's `topic_compacted`
 and blocked groups, and each cluster's exposure (finalized transaction.version, partition
 verification per broker); an exposed cluster gets a note.
@@ -61,25 +63,35 @@ def scan_cluster(
     orphan_check_seconds: float = 0.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ClusterSnapshot:
-    """Poll + analyze one cluster; with `orphan_check_seconds` > 0, poll again that much later
-    while the last poll saw open transactions that could still turn out orphaned."""
+    """Poll + analyze one cluster; with `orphan_check_seconds` > 0, poll again at once when the
+    first poll saw open transactions, and once more that much later while one was found not
+    tracked (the wait separates the two "not tracked" answers that make it orphaned)."""
     from exporter.analyze import analyze
     from exporter.collect.poll import ClusterPoller
 
     poller = ClusterPoller(settings)
     try:
         obs = poller.poll()
+        snapshot = analyze(obs, settings)
         for extra in range(ORPHANED_AFTER_POLLS if orphan_check_seconds > 0 else 0):
-            # The first extra poll asks about what the first saw open; a later one is needed
-            # only while a transaction was found not tracked fewer times than it takes.
-            pending = len(obs.open_transactions) if extra == 0 else sum(
-                1 for n in obs.untracked_polls.values() if n < ORPHANED_AFTER_POLLS
-            )
+            # A late transaction already has find-hanging's verdict; only younger ones need the
+            # orphan check. The first extra poll asks about what the first saw open; a later
+            # one is needed only while one was found not tracked fewer times than it takes.
+            late = {t.transaction.key for t in snapshot.late_transactions}
+            if extra == 0:
+                pending = any(t.key not in late for t in obs.open_transactions)
+            else:
+                pending = any(
+                    n < ORPHANED_AFTER_POLLS and key not in late
+                    for key, n in obs.untracked_polls.items()
+                )
             if not pending:
                 break
-            sleep(orphan_check_seconds)
+            if extra > 0:
+                sleep(orphan_check_seconds)
             obs = poller.poll()
-        return analyze(obs, settings)
+            snapshot = analyze(obs, settings)
+        return snapshot
     finally:
         poller.close()
 

@@ -288,13 +288,14 @@ def test_soak_tiny_samples_rss_and_fds_and_ends_serve_cleanly() -> None:
 def test_bench_scan_process_tiny_times_scan_and_its_baselines() -> None:
     baseline = REPO_ROOT  # the same tree as its own "before" side: the pairing still runs
     stdout, results = _run("bench_scan_process.py", "--partitions", "50", "--late", "2",
-                           "--repeat", "2", "--baseline-root", str(baseline))
+                           "--young", "2", "--repeat", "2", "--baseline-root", str(baseline),
+                           "--default-scan")
     assert len(results) == 1
     r = results[0]
     assert r["bench"] == "scan_process"
     _assert_machine(r["machine"])
-    assert (r["partitions"], r["late"], r["repeat"]) == (50, 2, 2)
-    assert set(r["commands"]) == {"scan", "scan_baseline_root", "python_pass"}
+    assert (r["partitions"], r["late"], r["young"], r["repeat"]) == (50, 2, 2, 2)
+    assert set(r["commands"]) == {"scan", "scan_baseline_root", "scan_default", "python_pass"}
     assert all(c["wall_median_s"] > 0 and c["cpu_median_s"] > 0 for c in r["commands"].values())
     assert r["ratio_scan_vs_python_pass_cpu"] > 0
     assert r["ratio_scan_vs_baseline_wall"] > 0 and "paired ratios" in stdout

@@ -165,14 +165,17 @@ def test_coordinator_loading_is_unknown_never_orphaned(env: PollEnv) -> None:
 def test_scan_polls_again_only_while_something_may_be_orphaned(env: PollEnv) -> None:
     settings = env.settings
     healthy = open_transaction(env.bootstrap, "healthy-s", "t", [5], now_ms=env.now_ms)
+    waits: list[float] = []
     with requests_by_api(env) as seen:
-        snap = scan_cluster(settings, orphan_check_seconds=0.01)
+        snap = scan_cluster(settings, orphan_check_seconds=0.01, sleep=waits.append)
     assert seen[LIST_TRANSACTIONS] == 2 * 3  # two polls of three brokers: nothing suspect
     assert snap.orphaned_transactions == ()
+    assert waits == []  # the second poll follows at once; only a confirmation waits
     _, _, offset = hanging_transaction(env.bootstrap, "hang-s", "t", 2, now_ms=env.now_ms)
     with requests_by_api(env) as seen:
-        snap = scan_cluster(settings, orphan_check_seconds=0.01)
+        snap = scan_cluster(settings, orphan_check_seconds=0.01, sleep=waits.append)
     assert seen[LIST_TRANSACTIONS] == 3 * 3
+    assert waits == [0.01]  # one wait, between the two "not tracked" answers
     (orphan,) = snap.orphaned_transactions
     assert (orphan.transaction.partition, orphan.transaction.current_txn_start_offset) == (
         2, offset)
