@@ -8,10 +8,10 @@ BlockedGroups (the consumer groups stopped at its start offset: "-" none, "?" un
 the *late* transactions, and the *orphaned* ones not yet late (docs/kafka-semantics.md#orphaned):
 orphaned needs the coordinator's "not tracked" on two consecutive polls after the transaction was
 first seen. When the first poll sees open transactions not yet late the scan polls again at once
-to ask their coordinators; only when one is found not tracked does it wait `orphan_check_seconds` and poll a
-third time to confirm (0 = one poll, find-hanging's way). A healthy cluster costs one extra quick
-poll, never a wait. Exit status 1 when
-a row is classified hanging or orphaned. The JSON output also gives each row's `topic_compacted`
+to ask their coordinators; only when one is found not tracked does it wait
+`orphan_check_seconds` and poll a third time to confirm (0 = one poll, find-hanging's way). A
+healthy cluster costs one extra quick poll, never a wait. Exit status 1 when a row is classified
+hanging or orphaned. The JSON output also gives each row's `topic_compacted`
 and blocked groups, and each cluster's exposure (finalized transaction.version, partition
 verification per broker); an exposed cluster gets a note.
 """
