@@ -337,26 +337,7 @@ def _transactions_table(
         return title + "<p class=\"empty\">No late transactions.</p>"
     rows = []
     for late in snapshot.late_transactions:
-        txn = late.transaction
-        tp_lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
-        tid = (
-            f"<span class=\"tid\">{_e(late.transactional_id)}</span>"
-            if late.transactional_id else "<em class=\"note\">none</em>"
-        )
-        cls = late.classification.value
-        rows.append(_label_cells(
-            f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
-            f"<td class=\"num\">{_e(_duration(late.age_seconds))}</td>"
-            f"<td><span class=\"badge {_e(cls)}\">{_e(cls)}</span></td>"
-            f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
-            f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
-            f"<td class=\"num\">{txn.coordinator_epoch}</td>"
-            f"<td>{tid}</td>"
-            f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
-            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td>"
-            f"{_blocked_groups_cell(late)}</tr>",
-            _TRANSACTION_LABELS,
-        ))
+        rows.append(_transaction_row(snapshot, late, late.classification.value))
         if late.classification is Classification.HANGING:
             command = abort_command_line(cluster, late, config_file, abort_command)
             action = (
@@ -377,12 +358,35 @@ def _transactions_table(
             )
         rows.append(f"<tr class=\"cmd-row\"><td></td><td colspan=\"8\">{action}</td></tr>")
     return (
-        title + "<table class=\"transactions cards\"><thead><tr><th class=\"num\">Age</th>"
-        "<th>Classification</th><th>Partition</th><th class=\"num\">Producer id / epoch</th>"
-        "<th class=\"num\">Coordinator epoch</th><th>Transactional id</th>"
-        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th>"
-        "<th>Consumer groups blocked</th></tr></thead><tbody>"
-        + "".join(rows) + "</tbody></table>"
+        title + _transaction_table("transactions cards", rows)
+    )
+
+
+def _transaction_row(
+    snapshot: ClusterSnapshot,
+    entry: LateTransaction | OrphanedTransaction,
+    badge: str,
+) -> str:
+    """One row of the late or the orphaned table (the same columns)."""
+    txn = entry.transaction
+    tp_lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
+    tid = (
+        f"<span class=\"tid\">{_e(entry.transactional_id)}</span>"
+        if entry.transactional_id else "<em class=\"note\">none</em>"
+    )
+    cls = entry.classification.value
+    return _label_cells(
+        f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
+        f"<td class=\"num\">{_e(_duration(entry.age_seconds))}</td>"
+        f"<td><span class=\"badge {_e(badge)}\">{_e(cls)}</span></td>"
+        f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
+        f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
+        f"<td class=\"num\">{txn.coordinator_epoch}</td>"
+        f"<td>{tid}</td>"
+        f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
+        f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td>"
+        f"{_blocked_groups_cell(entry)}</tr>",
+        _TRANSACTION_LABELS,
     )
 
 
@@ -405,9 +409,6 @@ def _blocked_groups_cell(late: LateTransaction | OrphanedTransaction) -> str:
 
 _BROKER_LABELS = ("Broker", "Status", "transaction.max.timeout.ms", "Partitions with open txns",
                   "late", "hanging", "orphaned")
-_ORPHANED_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
-                    "Coordinator epoch", "Transactional id", "Start offset", "LSO lag",
-                    "Consumer groups blocked")
 
 
 def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
@@ -418,26 +419,8 @@ def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
         return title + "<p class=\"empty\">No orphaned transactions.</p>"
     rows = []
     for orphan in early:
-        txn = orphan.transaction
-        tp_lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
-        tid = (
-            f"<span class=\"tid\">{_e(orphan.transactional_id)}</span>"
-            if orphan.transactional_id else "<em class=\"note\">none</em>"
-        )
-        cls = orphan.classification.value
-        rows.append(_label_cells(
-            f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
-            f"<td class=\"num\">{_e(_duration(orphan.age_seconds))}</td>"
-            f"<td><span class=\"badge hanging\">{_e(cls)}</span></td>"
-            f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
-            f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
-            f"<td class=\"num\">{txn.coordinator_epoch}</td>"
-            f"<td>{tid}</td>"
-            f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
-            f"<td class=\"num\">{'?' if tp_lag is None else tp_lag}</td>"
-            f"{_blocked_groups_cell(orphan)}</tr>",
-            _ORPHANED_LABELS,
-        ))
+        # Orphaned wears the hanging badge: nothing will end it either.
+        rows.append(_transaction_row(snapshot, orphan, "hanging"))
     return (
         title + "<p class=\"note\">Open transactions whose coordinator did not track their "
         "partition on two consecutive polls: nothing will end them. The abort command "
@@ -445,18 +428,24 @@ def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
         "are late (or with --force); "
         f"<a href=\"{_e(runbook_url)}#kafkaorphanedtransaction\" rel=\"noopener noreferrer\">"
         "runbook</a>.</p>"
-        "<table class=\"transactions orphaned cards\"><thead><tr><th class=\"num\">Age</th>"
-        "<th>Classification</th><th>Partition</th><th class=\"num\">Producer id / epoch</th>"
-        "<th class=\"num\">Coordinator epoch</th><th>Transactional id</th>"
-        "<th class=\"num\">Start offset</th><th class=\"num\">LSO lag</th>"
-        "<th>Consumer groups blocked</th></tr></thead><tbody>"
-        + "".join(rows) + "</tbody></table>"
+        + _transaction_table("transactions orphaned cards", rows)
     )
 
 
 _TRANSACTION_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
                        "Coordinator epoch", "Transactional id", "Start offset", "LSO lag",
                        "Consumer groups blocked")
+_NUMERIC_COLUMNS = frozenset({"Age", "Producer id / epoch", "Coordinator epoch", "Start offset",
+                              "LSO lag"})
+
+
+def _transaction_table(css_class: str, rows: Sequence[str]) -> str:
+    head = "".join(
+        f"<th class=\"num\">{label}</th>" if label in _NUMERIC_COLUMNS else f"<th>{label}</th>"
+        for label in _TRANSACTION_LABELS
+    )
+    return (f"<table class=\"{css_class}\"><thead><tr>{head}</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
 
 
 def _label_cells(row: str, labels: Sequence[str]) -> str:
