@@ -25,7 +25,7 @@ import dataclasses
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -542,6 +542,50 @@ _ZERO_WHILE_ALL_OBSERVED = (
 transaction has no per-partition series, and its true value is 0."""
 
 
+def _seconds_table(
+    ids: Callable[[], int],
+    title: str,
+    description: str,
+    metric: str,
+    labels: Sequence[str],
+    value_name: str,
+    no_value: str,
+    height: int,
+) -> table_b.Panel:
+    """A full-width table of one seconds-valued series per label set, the oldest first: the
+    labels are the columns an operator acts on (e.g. the arguments of an abort)."""
+    return (
+        table_b.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                f"max by ({', '.join(labels)}) ({metric}{{{CLUSTER}}})",
+                instant=True,
+                table_format=True,
+            )
+        )
+        .with_transformation(
+            dash_m.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {name: i for i, name in enumerate((*labels, "Value"))},
+                    "renameByName": {"Value": value_name},
+                },
+            )
+        )
+        .sort_by([common_b.TableSortByFieldState().display_name(value_name).desc(True)])
+        .filterable(True)
+        .override_by_name(value_name, [dash_m.DynamicConfigValue(id_val="unit", value=SECONDS)])
+        .no_value(no_value)
+        .span(24)
+        .height(height)
+    )
+
+
 def _variables(board: dash_b.Dashboard) -> dash_b.Dashboard:
     return board.with_variable(
         dash_b.DatasourceVariable("datasource")
@@ -708,10 +752,9 @@ def overview_dashboard() -> dash_m.Dashboard:
         )
     )
     board = board.with_panel(
-        table_b.Panel()
-        .id(ids())
-        .title("Late transactions")
-        .description(
+        _seconds_table(
+            ids,
+            "Late transactions",
             "Every late open transaction, with all the labels needed to abort it: topic, "
             "partition and start_offset are the arguments of `kafka-transactions.sh abort`; "
             "producer_id, producer_epoch and coordinator_epoch identify the producer (compare "
@@ -719,32 +762,13 @@ def overview_dashboard() -> dash_m.Dashboard:
             "coordinator no longer tracks it, abort it after the runbook's checks; "
             "coordinator_tracked = the coordinator will still end it, find the stuck producer "
             "or coordinator instead; unknown = the exporter could not ask the coordinator, "
-            "check it by hand. Age counts from the transaction's first batch."
+            "check it by hand. Age counts from the transaction's first batch.",
+            "kafka_late_transaction_age_seconds",
+            LATE_TABLE_LABELS,
+            "age",
+            "No late transactions",
+            height=8,
         )
-        .datasource(DATASOURCE)
-        .with_target(
-            _query(
-                f"max by ({', '.join(LATE_TABLE_LABELS)}) "
-                f"(kafka_late_transaction_age_seconds{{{CLUSTER}}})",
-                instant=True,
-                table_format=True,
-            )
-        )
-        .with_transformation(
-            dash_m.DataTransformerConfig(
-                id_val="organize",
-                options={
-                    "excludeByName": {"Time": True},
-                    "indexByName": {
-                        name: i for i, name in enumerate((*LATE_TABLE_LABELS, "Value"))
-                    },
-                    "renameByName": {"Value": "age"},
-                },
-            )
-        )
-        .sort_by([common_b.TableSortByFieldState().display_name("age").desc(True)])
-        .filterable(True)
-        .override_by_name("age", [dash_m.DynamicConfigValue(id_val="unit", value=SECONDS)])
         .override_by_name(
             "classification",
             [
@@ -768,54 +792,27 @@ def overview_dashboard() -> dash_m.Dashboard:
                 ),
             ],
         )
-        .no_value("No late transactions")
-        .span(24)
-        .height(8)
     )
     board = board.with_panel(
-        table_b.Panel()
-        .id(ids())
-        .title("Orphaned transactions")
-        .description(
+        _seconds_table(
+            ids,
+            "Orphaned transactions",
             "Every orphaned open transaction: its coordinator did not track its partition on "
             "two consecutive polls, so nothing will ever commit or abort it. Same labels as the "
             "late table (topic, partition and start_offset are the arguments of "
             "`kafka-transactions.sh abort`). Late ones also appear above, classified hanging. "
-            "Follow the runbook's KafkaOrphanedTransaction entry."
+            "Follow the runbook's KafkaOrphanedTransaction entry.",
+            "kafka_orphaned_transaction_age_seconds",
+            ORPHANED_TABLE_LABELS,
+            "age",
+            "No orphaned transactions",
+            height=6,
         )
-        .datasource(DATASOURCE)
-        .with_target(
-            _query(
-                f"max by ({', '.join(ORPHANED_TABLE_LABELS)}) "
-                f"(kafka_orphaned_transaction_age_seconds{{{CLUSTER}}})",
-                instant=True,
-                table_format=True,
-            )
-        )
-        .with_transformation(
-            dash_m.DataTransformerConfig(
-                id_val="organize",
-                options={
-                    "excludeByName": {"Time": True},
-                    "indexByName": {
-                        name: i for i, name in enumerate((*ORPHANED_TABLE_LABELS, "Value"))
-                    },
-                    "renameByName": {"Value": "age"},
-                },
-            )
-        )
-        .sort_by([common_b.TableSortByFieldState().display_name("age").desc(True)])
-        .filterable(True)
-        .override_by_name("age", [dash_m.DynamicConfigValue(id_val="unit", value=SECONDS)])
-        .no_value("No orphaned transactions")
-        .span(24)
-        .height(6)
     )
     board = board.with_panel(
-        table_b.Panel()
-        .id(ids())
-        .title("Consumer groups blocked by late or orphaned transactions")
-        .description(
+        _seconds_table(
+            ids,
+            "Consumer groups blocked by late or orphaned transactions",
             "Consumer groups whose committed offset on a partition equals its last stable "
             "offset while the high watermark is beyond it: read_committed consumers stopped by "
             "the late or orphaned transaction whose start offset that is (find it in the tables "
@@ -823,38 +820,13 @@ def overview_dashboard() -> dash_m.Dashboard:
             "group there, a lower bound (Kafka does not report when an offset was committed). "
             "Groups the exporter may not Describe are not listed: "
             "kafka_txn_exporter_blocked_consumer_groups_unknown counts the transactions whose "
-            "groups are unknown (exporter health dashboard)."
+            "groups are unknown (exporter health dashboard).",
+            "kafka_consumer_group_blocked_seconds",
+            ("cluster", "group", "topic", "partition"),
+            "blocked",
+            "No blocked consumer group seen (unreadable ones: exporter health board)",
+            height=6,
         )
-        .datasource(DATASOURCE)
-        .with_target(
-            _query(
-                "max by (cluster, group, topic, partition) "
-                f"(kafka_consumer_group_blocked_seconds{{{CLUSTER}}})",
-                instant=True,
-                table_format=True,
-            )
-        )
-        .with_transformation(
-            dash_m.DataTransformerConfig(
-                id_val="organize",
-                options={
-                    "excludeByName": {"Time": True},
-                    "indexByName": {
-                        name: i
-                        for i, name in enumerate(
-                            ("cluster", "group", "topic", "partition", "Value")
-                        )
-                    },
-                    "renameByName": {"Value": "blocked"},
-                },
-            )
-        )
-        .sort_by([common_b.TableSortByFieldState().display_name("blocked").desc(True)])
-        .filterable(True)
-        .override_by_name("blocked", [dash_m.DynamicConfigValue(id_val="unit", value=SECONDS)])
-        .no_value("No blocked consumer group seen (unreadable ones: exporter health board)")
-        .span(24)
-        .height(6)
     )
     board = board.with_row(dash_b.Row("How old are transactions?").id(ids()))
     board = board.with_panel(
