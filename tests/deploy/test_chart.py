@@ -892,7 +892,7 @@ def _schema_keys(schema: dict[str, Any]) -> dict[str, Any]:
 def test_kubernetes_validate_cli_strict_accepts_the_rendered_manifests(
     chart: helm.Chart, tmp_path: Path
 ) -> None:
-    """The same check through the command line the brief names (CRDs left out: see above)."""
+    """The same check through kubernetes-validate's own command line (CRDs left out: see above)."""
     docs = [d for d in objects(render(chart, ALL_ON)) if d["kind"] not in CRD_KINDS]
     manifest = tmp_path / "rendered.yaml"
     manifest.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
