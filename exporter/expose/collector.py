@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__, version
 from exporter.metrics import METRICS, MetricSpec, spec
-from exporter.model import ClusterSnapshot, PartitionVerification
+from exporter.model import ClusterSnapshot, OpenTransaction, PartitionVerification
 from exporter.snapshots import POLL_DURATION_BUCKETS_SECONDS, ClusterState, SnapshotStore
 
 # --------------------------------------------------------------------------- metric families
@@ -243,37 +243,26 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
     for topic, compacted in sorted(snap.compacted_topics.items()):
         fam.add("kafka_topic_compacted", state, 1.0 if compacted else 0.0, topic)
     for late in snap.late_transactions:
-        txn = late.transaction
-        fam.add(
-            "kafka_late_transaction_age_seconds", state, late.age_seconds,
-            txn.topic,
-            str(txn.partition),
-            str(txn.producer_id),
-            str(txn.producer_epoch),
-            str(txn.coordinator_epoch),
-            str(txn.current_txn_start_offset),
-            late.transactional_id,
-            str(late.classification),
-        )
+        fam.add("kafka_late_transaction_age_seconds", state, late.age_seconds,
+                *_transaction_identity(late.transaction), late.transactional_id,
+                str(late.classification))
     _collect_blocked_groups(state, snap, fam)
     for orphan in snap.orphaned_transactions:
-        txn = orphan.transaction
-        fam.add(
-            "kafka_orphaned_transaction_age_seconds", state, orphan.age_seconds,
-            txn.topic,
-            str(txn.partition),
-            str(txn.producer_id),
-            str(txn.producer_epoch),
-            str(txn.coordinator_epoch),
-            str(txn.current_txn_start_offset),
-            orphan.transactional_id,
-        )
+        fam.add("kafka_orphaned_transaction_age_seconds", state, orphan.age_seconds,
+                *_transaction_identity(orphan.transaction), orphan.transactional_id)
     if snap.transaction_states is not None:
         for txn_state, count in sorted(snap.transaction_states.items()):
             fam.add("kafka_transactions", state, count, txn_state)
     for tp, lag in sorted(snap.last_stable_offset_lag.items()):
         fam.add("kafka_partition_last_stable_offset_lag", state, lag, tp.topic,
                 str(tp.partition))
+
+
+def _transaction_identity(txn: OpenTransaction) -> tuple[str, ...]:
+    """The label values naming one open transaction: topic, partition and start offset are an
+    abort's arguments; producer id, epoch and coordinator epoch say whose it is."""
+    return (txn.topic, str(txn.partition), str(txn.producer_id), str(txn.producer_epoch),
+            str(txn.coordinator_epoch), str(txn.current_txn_start_offset))
 
 
 def _collect_blocked_groups(state: ClusterState, snap: ClusterSnapshot, fam: _Families) -> None:
