@@ -17,7 +17,7 @@ import platform
 import random
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,15 @@ def serving_child(script: Path, args: Sequence[str]) -> Iterator[dict[str, Any]]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def serve_until_stdin_closes(info: dict[str, Any], stop: Callable[[], object]) -> int:
+    """The child side of `serving_child`: announce `READY {info}`, serve until the parent
+    closes our stdin, then `stop()` (e.g. the simulator's `close`)."""
+    print("READY " + json.dumps({**info, "pid": os.getpid()}), flush=True)
+    sys.stdin.read()
+    stop()
+    return 0
 
 
 def ratio(numerator: float, denominator: float) -> float | None:

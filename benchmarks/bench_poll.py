@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import gc
 import io
-import json
 import os
 import statistics
 import sys
@@ -81,12 +80,8 @@ def serve(brokers: int, partitions: int, latency_ms: int) -> int:
         "startup_seconds": round(time.perf_counter() - started, 3),
         "plan": plan.summary(),
         "partitions_with_open_txn": with_open,
-        "pid": os.getpid(),
     }
-    print("READY " + json.dumps(info), flush=True)
-    sys.stdin.read()  # parent closes stdin to stop us
-    sim.close()
-    return 0
+    return common.serve_until_stdin_closes(info, sim.close)
 
 
 def _partitions_with_open_txn(state: Any) -> int:

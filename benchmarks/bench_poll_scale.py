@@ -46,7 +46,6 @@ TARGET_RSS_MIB = 400.0
 
 def serve(brokers: int, partitions: int, latency_ms: int) -> int:
     """Start + seed a SimCluster, print 'READY <json>', serve until stdin closes."""
-    import json
 
     import kafka_sim
 
@@ -71,13 +70,9 @@ def serve(brokers: int, partitions: int, latency_ms: int) -> int:
         "startup_seconds": round(startup, 3),
         "first_metadata_seconds": round(first_metadata_seconds, 3),
         "plan": plan.summary(),
-        "pid": os.getpid(),
         "kafka_sim_from": str(Path(kafka_sim.__file__).resolve().parent.parent.parent),
     }
-    print("READY " + json.dumps(info), flush=True)
-    sys.stdin.read()  # parent closes stdin to stop us
-    sim.close()
-    return 0
+    return common.serve_until_stdin_closes(info, sim.close)
 
 
 def _cpu_seconds_of(pid: int) -> float:

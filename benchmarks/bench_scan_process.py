@@ -26,7 +26,6 @@ Run: python benchmarks/bench_scan_process.py [--partitions 1000] [--late 5] [--r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -64,11 +63,7 @@ def serve_sim(partitions: int, late: int, young: int) -> int:
                                   start_ms=now, timeout_ms=YOUNG_TIMEOUT_MS)
 
     sim.call(seed, sim.state)
-    print("READY " + json.dumps({"bootstrap": sim.bootstrap_servers, "pid": os.getpid()}),
-          flush=True)
-    sys.stdin.read()
-    sim.close()
-    return 0
+    return common.serve_until_stdin_closes({"bootstrap": sim.bootstrap_servers}, sim.close)
 
 
 def _env() -> dict[str, str]:

@@ -69,11 +69,7 @@ def serve_sim(late: int, young: int) -> int:
                                   start_ms=now - 5_000, timeout_ms=60_000)
 
     sim.call(seed, sim.state)
-    print("READY " + json.dumps({"bootstrap": sim.bootstrap_servers, "pid": os.getpid()}),
-          flush=True)
-    sys.stdin.read()
-    sim.close()
-    return 0
+    return common.serve_until_stdin_closes({"bootstrap": sim.bootstrap_servers}, sim.close)
 
 
 @contextmanager

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import json
 import os
 import statistics
 import sys
@@ -229,10 +228,7 @@ def serve_http(late_count: int) -> int:
     server = MetricsServer(WebSettings(listen_address="127.0.0.1", port=0),
                            build_registry(store), store)
     server.start()
-    print("READY " + json.dumps({"port": server.port, "pid": os.getpid()}), flush=True)
-    sys.stdin.read()
-    server.stop()
-    return 0
+    return common.serve_until_stdin_closes({"port": server.port}, server.stop)
 
 
 def _cpu_seconds(pid: int) -> float:

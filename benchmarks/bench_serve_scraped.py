@@ -57,11 +57,7 @@ def serve_sim(partitions: int, late: int) -> int:
                                      last_timestamp_ms=now - 3_600_000 - i * 1000)
 
     sim.call(seed, sim.state)
-    print("READY " + json.dumps({"bootstrap": sim.bootstrap_servers, "pid": os.getpid()}),
-          flush=True)
-    sys.stdin.read()
-    sim.close()
-    return 0
+    return common.serve_until_stdin_closes({"bootstrap": sim.bootstrap_servers}, sim.close)
 
 
 def _cpu_seconds(pid: int) -> float:
