@@ -364,3 +364,6 @@ class SimCluster:
 
     def deny_group(self, *args: Any, **kwargs: Any) -> Any:
         return self.call(self._state.deny_group, *args, **kwargs)
+
+    def deny_cluster(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(self._state.deny_cluster, *args, **kwargs)

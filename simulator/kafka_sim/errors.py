@@ -45,6 +45,8 @@ ILLEGAL_GENERATION: int = _errors.IllegalGenerationError.errno
 INVALID_GROUP_ID: int = _errors.InvalidGroupIdError.errno
 UNKNOWN_MEMBER_ID: int = _errors.UnknownMemberIdError.errno
 GROUP_ID_NOT_FOUND: int = _errors.GroupIdNotFoundError.errno
+MISMATCHED_ENDPOINT_TYPE: int = _errors.MismatchedEndpointTypeError.errno
+UNSUPPORTED_ENDPOINT_TYPE: int = _errors.UnsupportedEndpointTypeError.errno
 
 RETRIABLE_COORDINATOR_ERRORS = frozenset(
     {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}

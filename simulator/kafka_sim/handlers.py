@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kafka.protocol.admin.cluster import DescribeClusterResponse
 from kafka.protocol.admin.configs import DescribeConfigsResponse
 from kafka.protocol.admin.groups import DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.admin.transactions import (
@@ -62,6 +63,7 @@ from kafka_sim.errors import (
     INVALID_TIMESTAMP,
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
+    MISMATCHED_ENDPOINT_TYPE,
     NONE,
     NOT_COORDINATOR,
     NOT_LEADER_OR_FOLLOWER,
@@ -72,6 +74,7 @@ from kafka_sim.errors import (
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_ENDPOINT_TYPE,
 )
 from kafka_sim.groups import CLASSIC_GROUP_TYPE, DEAD_STATE
 from kafka_sim.jvm_order import (
@@ -84,7 +87,7 @@ from kafka_sim.jvm_order import (
     topic_partition_hash,
 )
 from kafka_sim.log import PartitionLog, crc_ok, split_batches
-from kafka_sim.state import ClusterState, Partition, Topic
+from kafka_sim.state import CLUSTER_OPERATION_CODES, ClusterState, Partition, Topic
 
 # Errors.message() texts, where a response carries them.
 ERROR_MESSAGES: dict[int, str] = {
@@ -1043,6 +1046,10 @@ def handle_list_groups(state: ClusterState, ctx: RequestContext, req: Any) -> An
         state.group_partitions_led_by(ctx.broker_id), shard_hash,
         list(req.states_filter) if v >= 4 else [],
         list(req.types_filter) if v >= 5 else [])
+    if not state.cluster_authorized(ctx.principal, "DESCRIBE"):
+        # Without Describe on the cluster, only the groups the principal may Describe: no error.
+        listed = [g for g in listed
+                  if state.group_authorized(ctx.principal, "DESCRIBE", g.group_id)]
     Listed = ListGroupsResponse.ListedGroup
     return ListGroupsResponse(
         version=v, throttle_time_ms=0, error_code=NONE,
@@ -1080,6 +1087,52 @@ def handle_describe_groups(state: ClusterState, ctx: RequestContext, req: Any) -
     return DescribeGroupsResponse(version=v, throttle_time_ms=0, groups=described)
 
 
+# -- DescribeCluster (60) ----------------------------------------------------------------------
+BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
+_ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
+
+
+def handle_describe_cluster(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    """A broker answers DescribeCluster without any authorization check; with
+    IncludeClusterAuthorizedOperations it reports the cluster operations the principal may do,
+    or none (0) without Describe on the cluster; without it, Int32.MIN_VALUE (None here).
+    Fenced brokers (here: the ones down) only with v2's IncludeFencedBrokers
+    (docs/kafka-semantics.md#describe-cluster)."""
+    v = ctx.api_version
+    endpoint = req.endpoint_type if v >= 1 else BROKER_ENDPOINT
+    if endpoint != BROKER_ENDPOINT:
+        if endpoint == CONTROLLER_ENDPOINT:
+            error = INVALID_REQUEST if v == 0 else MISMATCHED_ENDPOINT_TYPE
+            message = ("The request was sent to an endpoint of type BROKER, but we wanted an "
+                       f"endpoint of type {_ENDPOINT_NAMES[endpoint]}")
+        else:
+            error = INVALID_REQUEST if v == 0 else UNSUPPORTED_ENDPOINT_TYPE
+            message = f"Unsupported endpoint type {endpoint}"
+        return DescribeClusterResponse(
+            version=v, throttle_time_ms=0, error_code=error, error_message=message,
+            endpoint_type=BROKER_ENDPOINT, cluster_id="", controller_id=-1, brokers=[],
+            authorized_operations=None)
+    operations: set[int] | None = None
+    if req.include_cluster_authorized_operations:
+        operations = set()
+        if state.cluster_authorized(ctx.principal, "DESCRIBE"):
+            operations = {code for op, code in CLUSTER_OPERATION_CODES.items()
+                          if state.cluster_authorized(ctx.principal, op)}
+    include_fenced = v >= 2 and bool(req.include_fenced_brokers)
+    Broker = DescribeClusterResponse.DescribeClusterBroker
+    brokers = []
+    for b in sorted(state.node_ids):
+        fenced = b not in state.alive
+        if fenced and not include_fenced:
+            continue
+        host, port = state.endpoints[b][0], state.endpoints[b][1]
+        brokers.append(Broker(broker_id=b, host=host, port=port, rack=None, is_fenced=fenced))
+    return DescribeClusterResponse(
+        version=v, throttle_time_ms=0, error_code=NONE, error_message=None,
+        endpoint_type=BROKER_ENDPOINT, cluster_id=state.cluster_id,
+        controller_id=state.controller_id(), brokers=brokers, authorized_operations=operations)
+
+
 HANDLERS: dict[int, Handler] = {
     0: handle_produce,
     1: handle_fetch,
@@ -1097,6 +1150,7 @@ HANDLERS: dict[int, Handler] = {
     16: handle_list_groups,
     28: handle_txn_offset_commit,
     32: handle_describe_configs,
+    60: handle_describe_cluster,
     61: handle_describe_producers,
     65: handle_describe_transactions,
     66: handle_list_transactions,

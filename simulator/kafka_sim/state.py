@@ -51,6 +51,12 @@ _RESTORED_DEFAULTS: dict[str, str] = {
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 OPERATIONS = ("ALL", "READ", "WRITE", "DESCRIBE")
+CLUSTER_OPERATION_CODES: dict[str, int] = {
+    "CREATE": 5, "ALTER": 7, "DESCRIBE": 8, "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10,
+    "ALTER_CONFIGS": 11, "IDEMPOTENT_WRITE": 12,
+}
+"""The operations an ACL can grant on the cluster (Kafka's AclEntry.supportedOperations(CLUSTER)),
+by AclOperation code: the bits of DescribeCluster's ClusterAuthorizedOperations."""
 
 
 def random_cluster_id() -> str:
@@ -157,6 +163,7 @@ class ClusterState:
         self.errors: list[InjectedError] = []
         self.denied: dict[tuple[str, str], set[str]] = {}
         self.denied_groups: dict[tuple[str, str], set[str]] = {}
+        self.denied_cluster: dict[str, set[str]] = {}
         self.coordinator = TransactionCoordinator(
             self,
             num_partitions=self.config_int("transaction.state.log.num.partitions"),
@@ -543,8 +550,8 @@ class ClusterState:
         """Deny `principal` an operation on a consumer group (ALL, READ, DESCRIBE).
 
         FindCoordinator (key type group) and OffsetFetch need DESCRIBE on the group. ListGroups
-        still lists it: the principal keeps Describe on the cluster (docs/kafka-semantics.md
-        #consumer-groups)."""
+        still lists it while the principal keeps Describe on the cluster (`deny_cluster`,
+        docs/kafka-semantics.md#consumer-groups)."""
         op = operation.upper()
         if op not in OPERATIONS:
             raise ValueError(f"operation must be one of {OPERATIONS}")
@@ -555,6 +562,18 @@ class ClusterState:
         if not denied:
             return True
         return not ("ALL" in denied or operation in denied)
+
+    def deny_cluster(self, principal: str, operation: str = "DESCRIBE") -> None:
+        """Deny `principal` Describe on the cluster: ListGroups then lists only the groups it
+        may Describe, and DescribeCluster reports no authorized operation (0). Only DESCRIBE:
+        the other cluster operations gate APIs whose refusal the simulator does not model."""
+        op = operation.upper()
+        if op != "DESCRIBE":
+            raise ValueError("only DESCRIBE on the cluster can be denied")
+        self.denied_cluster.setdefault(principal, set()).add(op)
+
+    def cluster_authorized(self, principal: str, operation: str) -> bool:
+        return operation not in self.denied_cluster.get(principal, ())
 
     # -- helpers for seed.py and tests -----------------------------------------------------
     def for_each_partition(self, fn: Callable[[Partition], None]) -> None:
