@@ -179,7 +179,8 @@ def blocked_groups(
     Blocked: committed offset == the partition's last stable offset == the transaction's start
     offset, with the high watermark beyond it. A transaction that does not hold the LSO (an
     older one on the partition does) stops no group itself. Unknown (a reason, never an empty
-    list) when the offsets or some group's committed offsets could not be read."""
+    list) when the offsets or some group's committed offsets could not be read; when the group
+    listing may be incomplete, the groups found blocked come with the reason."""
     tp = TopicPartition(txn.topic, txn.partition)
     stable = obs.last_stable_offsets.get(tp)
     high_watermark = obs.high_watermarks.get(tp)
@@ -196,7 +197,7 @@ def blocked_groups(
     now_ms = obs.observed_at_ms
     if committed is None:
         committed = committed_by_partition(obs)
-    return tuple(
+    found = tuple(
         BlockedGroup(
             group_id=c.group_id,
             topic=c.topic,
@@ -206,7 +207,10 @@ def blocked_groups(
         )
         for c in committed.get(tp, ())
         if c.offset == stable
-    ), None
+    )
+    # Groups left out of the listing (no Describe on the cluster): those found are blocked,
+    # the count is not known.
+    return found, None if groups.incomplete is None else unobserved_reason(groups.incomplete)
 
 
 def late_transactions(

@@ -199,6 +199,11 @@ class ConsumerGroupOffsets:
     committed: tuple[CommittedOffset, ...] = ()
     """Only offsets >= 0 (-1: nothing committed there)."""
     unknown: Mapping[TopicPartition, str] = field(default_factory=dict)
+    incomplete: str | None = None
+    """Why the listed groups may not be all of them (detail, e.g. CLUSTER_AUTHORIZATION_FAILED:
+    without Describe on the cluster ListGroups leaves out the groups the principal may not
+    Describe); None when the list is complete. Every count of blocked groups is then unknown,
+    while a group found at the LSO is still blocked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +281,8 @@ class LateTransaction:
     """Groups stopped at this transaction's start offset (it holds the partition's LSO)."""
     blocked_groups_unknown: str | None = None
     """Why the groups it blocks are unknown (an `UnobservedReason` value); None when known
-    (then `blocked_groups` is the complete list)."""
+    (then `blocked_groups` is the complete list). When set, `blocked_groups` holds those found
+    blocked all the same (empty when the partition's groups could not be read), not all."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -439,6 +439,7 @@ def groups_obs(
     committed: tuple[tuple[str, int, int], ...] = (),
     unknown: dict[TopicPartition, str] | None = None,
     looked_up: bool = True,
+    incomplete: str | None = None,
 ) -> ClusterObservation:
     """An observation of `txns` on t-0 with its LSO/HW and (group, offset, first seen ms)."""
     return observation(
@@ -449,6 +450,7 @@ def groups_obs(
             partitions=frozenset({GROUP_TP}),
             committed=tuple(CommittedOffset(g, "t", 0, o, seen) for g, o, seen in committed),
             unknown=unknown or {},
+            incomplete=incomplete,
         ) if looked_up else None,
     )
 
@@ -496,6 +498,33 @@ def test_unreadable_groups_are_unknown_with_a_reason_never_none_blocked() -> Non
                          partitions=frozenset({GROUP_TP}),
                          unknown={GROUP_TP: "BROKER_UNREACHABLE"}))
     assert blocked_groups(t, no_lso)[1] is UnobservedReason.BROKER_DOWN
+
+
+def test_an_incomplete_group_list_keeps_the_groups_found_and_makes_the_count_unknown() -> None:
+    """Without Describe on the cluster ListGroups may have left groups out: those found at the
+    LSO are blocked (true), how many are blocked is not known."""
+    t = txn(age_ms=60 * MINUTE_MS, start_offset=6)
+    obs = groups_obs(t, committed=(("rc", 6, NOW_MS), ("ru", 11, NOW_MS)),
+                     incomplete="CLUSTER_AUTHORIZATION_FAILED")
+    blocked, reason = blocked_groups(t, obs)
+    assert [g.group_id for g in blocked] == ["rc"] and reason is UnobservedReason.UNAUTHORIZED
+    snap = analyze(obs, SETTINGS)
+    (lt,) = snap.late_transactions
+    assert [g.group_id for g in lt.blocked_groups] == ["rc"]
+    assert lt.blocked_groups_unknown == "unauthorized"
+    assert snap.blocked_groups_unknown_by_reason == {"unauthorized": 1}
+    # None found is no "0" either.
+    assert blocked_groups(t, groups_obs(t, incomplete="CLUSTER_AUTHORIZATION_FAILED")) == (
+        (), UnobservedReason.UNAUTHORIZED)
+    # Not known whether the list is complete: unknown with the detail's reason.
+    assert blocked_groups(t, groups_obs(t, incomplete="UNSUPPORTED_VERSION"))[1] is (
+        UnobservedReason.UNSUPPORTED_API)
+    assert blocked_groups(t, groups_obs(
+        t, incomplete="CLUSTER_AUTHORIZED_OPERATIONS_UNKNOWN"))[1] is UnobservedReason.ERROR
+    # What holds whatever the listing: nothing past the LSO, or another transaction holds it.
+    assert blocked_groups(t, groups_obs(t, lso=6, hw=6, incomplete="x")) == ((), None)
+    newer = txn(age_ms=30 * MINUTE_MS, start_offset=8, producer_id=2)
+    assert blocked_groups(newer, groups_obs(t, newer, incomplete="x")) == ((), None)
 
 
 def test_an_orphaned_transaction_not_yet_late_reports_the_groups_it_blocks() -> None:

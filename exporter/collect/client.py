@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+from kafka.protocol.admin.cluster import DescribeClusterRequest
 from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.admin.groups import ListGroupsRequest
 from kafka.protocol.admin.transactions import (
@@ -510,6 +511,26 @@ def find_group_coordinators_request(group_ids: Sequence[str]) -> Callable[[Broke
             coordinator_keys=list(group_ids),
             version=version,
         )
+
+    return build
+
+
+BROKER_ENDPOINT_TYPE = 1
+
+
+def describe_cluster_request() -> Callable[[BrokerConnection], Any]:
+    """DescribeCluster (Kafka 2.8+, KIP-700) asking for the cluster's authorized operations:
+    whether this principal may Describe the cluster, i.e. whether ListGroups lists every group
+    (docs/kafka-semantics.md#describe-cluster)."""
+
+    def build(connection: BrokerConnection) -> Any:
+        version = connection.version_for(DescribeClusterRequest)
+        fields: dict[str, Any] = {"include_cluster_authorized_operations": True}
+        if version >= 1:
+            fields["endpoint_type"] = BROKER_ENDPOINT_TYPE
+        if version >= 2:
+            fields["include_fenced_brokers"] = False
+        return DescribeClusterRequest(version=version, **fields)
 
     return build
 

@@ -7,17 +7,24 @@ with the number of groups times partitions one request at a time: ListGroups on 
 OffsetFetch v8+ at each coordinator with many groups per request, each restricted to the
 affected partitions. Whatever cannot be read (an API the broker lacks, GROUP_AUTHORIZATION_FAILED,
 a broker down) makes the affected partitions' groups unknown, never "none blocked".
+
+ListGroups silently leaves out the groups the principal may not Describe unless it may Describe
+the cluster, so alongside it one DescribeCluster (cached for config_refresh_seconds) tells
+whether the list is complete; when not, every count is unknown, while a group found at the LSO
+is still reported (docs/kafka-semantics.md#describe-cluster).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.collect.client import (
     ClusterClient,
     MetadataView,
+    describe_cluster_request,
     find_group_coordinators_request,
     gather_settled,
     list_groups_request,
@@ -31,14 +38,22 @@ from exporter.collect.errors import (
     NOT_COORDINATOR,
     error_name,
 )
-from exporter.collect.parse import parse_list_groups, parse_offset_fetch_groups
+from exporter.collect.parse import (
+    parse_cluster_describe,
+    parse_list_groups,
+    parse_offset_fetch_groups,
+)
 from exporter.collect.pollstate import (
     RETRY_DELAY_SECONDS,
     UNSUPPORTED_API_KIND,
     ApiSupportLog,
     PollState,
 )
+from exporter.logs import get_logger
 from exporter.model import CommittedOffset, ConsumerGroupOffsets, TopicPartition
+from exporter.settings import ClusterSettings
+
+log = get_logger()
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_FETCH_MAX_ENTRIES = 10_000
@@ -54,6 +69,8 @@ class _Lookup:
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     """(group, topic, partition) -> committed offset (>= 0)."""
     unknown: dict[TopicPartition, str] = field(default_factory=dict)
+    incomplete: str | None = None
+    """Why ListGroups may have left groups out (no Describe on the cluster, or not known)."""
 
     def all_unknown(self, detail: str) -> None:
         for topic, indexes in self.partitions:
@@ -67,11 +84,17 @@ class ConsumerGroupReader:
     offset was committed). That memory holds only (group, partition) pairs read in the latest
     poll (or left unknown by it), so it is bounded by the groups on late partitions."""
 
-    def __init__(self, client: ClusterClient, support: ApiSupportLog) -> None:
+    def __init__(
+        self, client: ClusterClient, support: ApiSupportLog, settings: ClusterSettings
+    ) -> None:
         self._client = client
         self._support = support
+        self._settings = settings
         self._seen: dict[tuple[str, str, int], tuple[int, int]] = {}
         """(group, topic, partition) -> (committed offset, first seen with it, epoch ms)."""
+        self._cluster_describe: tuple[str | None, float] | None = None
+        """(None: may Describe the cluster, else why the group list may be incomplete; when
+        asked, time.monotonic()), re-asked every config_refresh_seconds."""
 
     def cache_sizes(self) -> dict[str, int]:
         return {"committed_offsets": len(self._seen)}
@@ -102,10 +125,15 @@ class ConsumerGroupReader:
             partitions=frozenset(asked) | frozenset(unknown),
             committed=self._remember(lookup, state.now_ms),
             unknown=lookup.unknown,
+            incomplete=lookup.incomplete,
         )
 
     async def _lookup(self, lookup: _Lookup, meta: MetadataView, state: PollState) -> None:
-        listed = await asyncio.gather(*(self._list_at(b, state) for b in sorted(meta.brokers)))
+        # Both at once: DescribeCluster adds no round trip to the lookup.
+        lookup.incomplete, listed = await asyncio.gather(
+            self._list_incomplete(meta, state),
+            asyncio.gather(*(self._list_at(b, state) for b in sorted(meta.brokers))),
+        )
         groups: set[str] = set()
         for result in listed:
             if isinstance(result, str):
@@ -132,6 +160,40 @@ class ConsumerGroupReader:
             pending = sorted(g for retry in retries for g in retry)
             if pending and attempt == 0:
                 await asyncio.sleep(RETRY_DELAY_SECONDS)
+
+    async def _list_incomplete(self, meta: MetadataView, state: PollState) -> str | None:
+        """Whether ListGroups may leave groups out: None when the principal may Describe the
+        cluster. A broker's answer (allowed, denied, an error code, an API it lacks) is kept for
+        config_refresh_seconds; a broker that did not answer is asked again next time."""
+        now = time.monotonic()
+        cached = self._cluster_describe
+        if cached is not None and now - cached[1] < self._settings.config_refresh_seconds:
+            return cached[0]
+        broker = next((b for b in sorted(meta.brokers) if b not in self._client.down), None)
+        if broker is None:
+            return "BROKER_UNREACHABLE"
+        try:
+            response = await self._client.send(broker, describe_cluster_request())
+        except CollectError as exc:
+            if exc.kind != UNSUPPORTED_API_KIND:
+                state.error(broker, "DescribeCluster", exc.kind)
+                return exc.kind
+            self._support.unsupported(broker, "DescribeCluster")
+            answer: str | None = exc.kind
+        else:
+            answer = parse_cluster_describe(response)
+            if response.error_code != NONE:
+                state.error(broker, "DescribeCluster", error_name(response.error_code))
+        if answer is not None and (cached is None or cached[0] != answer):
+            log.warning(
+                "consumer_group_list_may_be_incomplete",
+                cluster=self._settings.name,
+                detail=answer,
+                hint="ListGroups lists every group only with Describe on the cluster; "
+                "blocked-group counts are unknown until it is granted",
+            )
+        self._cluster_describe = (answer, now)
+        return answer
 
     async def _list_at(self, broker_id: int, state: PollState) -> list[str] | str:
         """The consumer groups this broker coordinates, or why they are unknown."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.collect.errors import NONE
+from exporter.collect.errors import NONE, error_name
 from exporter.model import (
     FinalizedFeatures,
     PartitionVerification,
@@ -227,6 +227,35 @@ def parse_list_groups(response: Any) -> tuple[int, list[str]]:
             continue
         groups.append(g.group_id)
     return response.error_code, groups
+
+
+DESCRIBE_OPERATION = 8
+"""AclOperation DESCRIBE's code: its bit in DescribeCluster's ClusterAuthorizedOperations."""
+INT32_MIN = -(2**31)
+"""ClusterAuthorizedOperations when the broker did not report them ("not asked")."""
+CLUSTER_DESCRIBE_DENIED = "CLUSTER_AUTHORIZATION_FAILED"
+CLUSTER_OPERATIONS_UNKNOWN = "CLUSTER_AUTHORIZED_OPERATIONS_UNKNOWN"
+
+
+def parse_cluster_describe(response: Any) -> str | None:
+    """DescribeCluster answer (asked with IncludeClusterAuthorizedOperations) -> None when the
+    principal may Describe the cluster (ListGroups then lists every group), else why the group
+    list may be incomplete: CLUSTER_AUTHORIZATION_FAILED when bit 8 is unset (a broker answers 0
+    without Describe on the cluster), the answer's error name, or
+    CLUSTER_AUTHORIZED_OPERATIONS_UNKNOWN when the operations were not reported (Int32.MIN_VALUE;
+    kafka-python decodes that as None). docs/kafka-semantics.md#describe-cluster"""
+    if response.error_code != NONE:
+        return error_name(response.error_code)
+    operations = response.authorized_operations
+    if operations is None:
+        return CLUSTER_OPERATIONS_UNKNOWN
+    if isinstance(operations, int):  # the raw 32-bit field
+        if operations == INT32_MIN:
+            return CLUSTER_OPERATIONS_UNKNOWN
+        allowed = bool(operations & (1 << DESCRIBE_OPERATION))
+    else:
+        allowed = DESCRIBE_OPERATION in operations
+    return None if allowed else CLUSTER_DESCRIBE_DENIED
 
 
 @dataclass(slots=True)

@@ -63,7 +63,7 @@ class ClusterPoller:
         self._topic_config = TopicConfigReader(self._client, settings)
         self._coordinators = CoordinatorReader(self._client, self._support)
         self._lso = LastStableOffsetReader(self._client)
-        self._groups = ConsumerGroupReader(self._client, self._support)
+        self._groups = ConsumerGroupReader(self._client, self._support, settings)
         self._down_logged: set[int] = set()
         self._seen_open: set[TxnKey] = set()
         """Open transactions of the previous poll: asked about if still open (#orphaned)."""

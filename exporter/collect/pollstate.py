@@ -19,6 +19,7 @@ _SINCE_KAFKA = {
     "DescribeProducers": "2.8",
     "ListTransactions": "3.0",
     "DescribeTransactions": "3.0",
+    "DescribeCluster": "2.8",
 }
 
 

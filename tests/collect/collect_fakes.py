@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka.protocol.admin.cluster import DescribeClusterResponse
 from kafka.protocol.admin.configs import DescribeConfigsResponse
 from kafka.protocol.admin.groups import ListGroupsResponse
 from kafka.protocol.admin.transactions import (
@@ -263,6 +264,13 @@ class FakeCluster:
     # ListGroups: this fake cluster has no consumer groups
     def _api_16(self, ctx: RequestContext, request: Any) -> Any:
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
+
+    # DescribeCluster: as a broker without an authorizer (every cluster operation allowed)
+    def _api_60(self, ctx: RequestContext, request: Any) -> Any:
+        return DescribeClusterResponse(
+            throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
+            cluster_id="fake", controller_id=-1, brokers=[],
+            authorized_operations={5, 7, 8, 9, 10, 11, 12})
 
     # DescribeConfigs (BROKER: as the capture's broker, verification off; TOPIC: cleanup.policy)
     def _api_32(self, ctx: RequestContext, request: Any) -> Any:

@@ -16,6 +16,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,15 +31,20 @@ from kafka_sim.producer import committed_transaction, hanging_transaction, open_
 from kafka_sim.workload import Workload
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings, poll_env
 
+from exporter.collect import groups as groups_module
 from exporter.demo import DEMO_CONSUMER_GROUP, HANGING_PARTITIONS, HANGING_TOPIC
-from exporter.model import UnobservedReason
+from exporter.expose.collector import SnapshotCollector
+from exporter.model import ClusterSnapshot, UnobservedReason
 from exporter.scan import EXIT_HANGING, run_scan
+from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
 
 TOPIC = "grp-test"
 QUIET_TOPIC = "quiet"
 HANG_BACKDATE_MS = 3_600_000
 LAGGING_OFFSET = 2
-LIST_GROUPS, OFFSET_FETCH, FIND_COORDINATOR = 16, 9, 10
+LIST_GROUPS, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_CLUSTER = 16, 9, 10, 60
+PRINCIPAL = "User:ANONYMOUS"
 
 
 class RequestLog:
@@ -62,7 +68,26 @@ class RequestLog:
             self.counts[(LIST_GROUPS, None)]
             + self.counts[(OFFSET_FETCH, None)]
             + self.counts[(FIND_COORDINATOR, 0)]
+            + self.counts[(DESCRIBE_CLUSTER, None)]
         )
+
+
+def exposed(settings: ClusterSettings, snap: ClusterSnapshot) -> dict[str, list[dict[str, str]]]:
+    """The blocked-group series the collector exposes for `snap`: name -> label sets."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.registry import CollectorRegistry
+
+    store = SnapshotStore([settings])
+    store.publish(snap, 0.1)
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(store))
+    out: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            if "blocked" in sample.name:
+                out.setdefault(sample.name, []).append(dict(sample.labels))
+    return out
 
 
 def _consume_groups(bootstrap: str) -> dict[str, int]:
@@ -164,6 +189,85 @@ def test_unauthorized_group_makes_the_count_unknown_not_zero(
     assert snap.blocked_groups_unknown_by_reason == {"unauthorized": 1}
     errors = {(e.api, e.error) for e in snap.request_errors}
     assert ("FindCoordinator", "GROUP_AUTHORIZATION_FAILED") in errors
+
+
+def test_without_describe_on_the_cluster_a_group_listgroups_hides_makes_the_count_unknown(
+    blocked_sim: tuple[SimCluster, dict[str, int], int],
+) -> None:
+    """No Describe on the cluster and none on grp-rc: ListGroups silently leaves grp-rc out, so
+    the groups that are read (grp-ru, grp-lagging) show no blocked group. That is not "0
+    blocked": the count is unknown (unauthorized)."""
+    sim, _, _ = blocked_sim
+    sim.deny_group(PRINCIPAL, "grp-rc", "DESCRIBE")
+    sim.deny_cluster(PRINCIPAL, "DESCRIBE")
+    try:
+        with poll_env(sim, "groups-no-cluster-describe") as env:
+            obs, snap = env.poll()
+            exposition = exposed(env.settings, snap)
+    finally:
+        sim.call(sim.state.denied_groups.clear)
+        sim.call(sim.state.denied_cluster.clear)
+    assert obs.consumer_groups is not None
+    assert {c.group_id for c in obs.consumer_groups.committed} == {"grp-ru", "grp-lagging"}
+    (late,) = snap.late_transactions
+    assert late.blocked_groups == ()
+    assert late.blocked_groups_unknown == UnobservedReason.UNAUTHORIZED.value
+    assert snap.blocked_groups_unknown_by_reason == {"unauthorized": 1}
+    assert "kafka_transaction_blocked_consumer_groups" not in exposition
+    assert exposition["kafka_txn_exporter_blocked_consumer_groups_unknown"] == [
+        {"cluster": env.settings.name, "reason": "unauthorized"}]
+
+
+def test_without_describe_on_the_cluster_a_group_found_blocked_is_still_reported(
+    blocked_sim: tuple[SimCluster, dict[str, int], int],
+) -> None:
+    """No Describe on the cluster, Describe on every group here: grp-rc is listed and found at
+    the LSO, so its blocked series stays (true); the count is still unknown (another group could
+    be hidden)."""
+    sim, _, hang_offset = blocked_sim
+    sim.deny_cluster(PRINCIPAL, "DESCRIBE")
+    try:
+        with poll_env(sim, "groups-found-no-cluster-describe") as env:
+            _, snap = env.poll()
+            exposition = exposed(env.settings, snap)
+    finally:
+        sim.call(sim.state.denied_cluster.clear)
+    (late,) = snap.late_transactions
+    assert [(g.group_id, g.committed_offset) for g in late.blocked_groups] == [
+        ("grp-rc", hang_offset)]
+    assert late.blocked_groups_unknown == UnobservedReason.UNAUTHORIZED.value
+    assert "kafka_transaction_blocked_consumer_groups" not in exposition
+    assert [s["group"] for s in exposition["kafka_consumer_group_blocked_seconds"]] == [
+        "grp-rc"]
+
+
+def test_describe_on_the_cluster_is_asked_once_per_config_refresh(
+    blocked_sim: tuple[SimCluster, dict[str, int], int], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One small DescribeCluster per `config_refresh_seconds`, not one per poll; with Describe on
+    the cluster the count is known. A grant made meanwhile is seen at the next refresh."""
+    sim, _, _ = blocked_sim
+    now = [1000.0]
+    monkeypatch.setattr(groups_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    log = RequestLog(sim)
+    sim.deny_cluster(PRINCIPAL, "DESCRIBE")
+    try:
+        with poll_env(sim, "groups-cluster-describe-cached", config_refresh_seconds=60.0) as env:
+            _, denied = env.poll()
+            sim.call(sim.state.denied_cluster.clear)  # granted
+            now[0] += 59.0
+            _, cached = env.poll()
+            now[0] += 1.0
+            _, refreshed = env.poll()
+            _, again = env.poll()
+    finally:
+        sim.call(sim.state.denied_cluster.clear)
+    assert log.counts[(DESCRIBE_CLUSTER, None)] == 2
+    assert denied.late_transactions[0].blocked_groups_unknown == "unauthorized"
+    assert cached.late_transactions[0].blocked_groups_unknown == "unauthorized"
+    for snap in (refreshed, again):
+        assert snap.late_transactions[0].blocked_groups_unknown is None
+        assert [g.group_id for g in snap.late_transactions[0].blocked_groups] == ["grp-rc"]
 
 
 def test_no_group_request_without_a_late_transaction() -> None:
