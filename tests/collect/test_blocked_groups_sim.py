@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog
 from kafka_sim.cluster import SimCluster
 from kafka_sim.consumer import (
     READ_COMMITTED,
@@ -397,3 +398,38 @@ def test_kafka_3_0_brokers_answer_the_batched_lookup_and_the_group_is_found() ->
     (late,) = snap.late_transactions
     assert late.blocked_groups_unknown is None
     assert [g.group_id for g in late.blocked_groups] == ["v30-readers"]
+
+
+@pytest.mark.parametrize(("profile", "version"), [("3.0", 0), ("3.8", 1), ("4.0", 2), ("4.1", 2)])
+def test_each_release_answers_describe_cluster_and_a_hidden_group_is_unknown_not_none(
+    profile: str, version: int,
+) -> None:
+    """Every release with the batched group lookups (3.0+) has DescribeCluster; the exporter asks
+    it at the release's newest version, once, and logs the incomplete listing once."""
+    with SimCluster(brokers=1, profile=profile, topics={TOPIC: 1},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        b = sim.bootstrap_servers
+        _, _, start = hanging_transaction(b, "rel-hang", TOPIC, 0, backdate_ms=HANG_BACKDATE_MS)
+        committed_transaction(b, "rel-commit", TOPIC, {0: 2})
+        commit_offset(b, "rel-hidden", TOPIC, 0, start)
+        sim.deny_group(PRINCIPAL, "rel-hidden", "DESCRIBE")
+        sim.deny_cluster(PRINCIPAL, "DESCRIBE")
+        versions: list[int] = []
+        handle = sim.router.handle
+
+        def recording(ctx: Any, request: Any) -> Any:
+            if ctx.api_key == DESCRIBE_CLUSTER:
+                versions.append(ctx.api_version)
+            return handle(ctx, request)
+
+        sim.router.handle = recording
+        with structlog.testing.capture_logs() as logs, poll_env(sim, f"rel-{profile}") as env:
+            _, first = env.poll()
+            _, second = env.poll()
+    assert versions == [version]
+    for snap in (first, second):
+        (late,) = snap.late_transactions
+        assert late.blocked_groups == ()
+        assert late.blocked_groups_unknown == UnobservedReason.UNAUTHORIZED.value
+    warned = [e for e in logs if e["event"] == "consumer_group_list_may_be_incomplete"]
+    assert [e["detail"] for e in warned] == ["CLUSTER_AUTHORIZATION_FAILED"]
