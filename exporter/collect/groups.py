@@ -181,6 +181,7 @@ class ConsumerGroupReader:
             self._support.unsupported(broker, "DescribeCluster")
             answer: str | None = exc.kind
         else:
+            self._support.supported(broker, "DescribeCluster")
             answer = parse_cluster_describe(response)
             if response.error_code != NONE:
                 state.error(broker, "DescribeCluster", error_name(response.error_code))
