@@ -542,6 +542,18 @@ _ZERO_WHILE_ALL_OBSERVED = (
 transaction has no per-partition series, and its true value is 0."""
 
 
+def _label_columns(labels: Sequence[str], value_name: str) -> dash_m.DataTransformerConfig:
+    """A table's columns: the labels in this order, then the value under `value_name`."""
+    return dash_m.DataTransformerConfig(
+        id_val="organize",
+        options={
+            "excludeByName": {"Time": True},
+            "indexByName": {name: i for i, name in enumerate((*labels, "Value"))},
+            "renameByName": {"Value": value_name},
+        },
+    )
+
+
 def _seconds_table(
     ids: Callable[[], int],
     title: str,
@@ -567,16 +579,7 @@ def _seconds_table(
                 table_format=True,
             )
         )
-        .with_transformation(
-            dash_m.DataTransformerConfig(
-                id_val="organize",
-                options={
-                    "excludeByName": {"Time": True},
-                    "indexByName": {name: i for i, name in enumerate((*labels, "Value"))},
-                    "renameByName": {"Value": value_name},
-                },
-            )
-        )
+        .with_transformation(_label_columns(labels, value_name))
         .sort_by([common_b.TableSortByFieldState().display_name(value_name).desc(True)])
         .filterable(True)
         .override_by_name(value_name, [dash_m.DynamicConfigValue(id_val="unit", value=SECONDS)])
@@ -973,16 +976,7 @@ def _flag_table(
         .datasource(DATASOURCE)
         .with_target(_query(expr, instant=True, table_format=True))
         .unit(FLAG)
-        .with_transformation(
-            dash_m.DataTransformerConfig(
-                id_val="organize",
-                options={
-                    "excludeByName": {"Time": True},
-                    "indexByName": {name: i for i, name in enumerate((*labels, "Value"))},
-                    "renameByName": {"Value": value_name},
-                },
-            )
-        )
+        .with_transformation(_label_columns(labels, value_name))
         .filterable(True)
         .override_by_name(
             value_name,
