@@ -398,14 +398,21 @@ def _serve(container: Container, tmp_path: Path, port: int, mounts: dict[str, Pa
     with log.open("w") as out:
         proc = subprocess.Popen(container.command(mounts=mounts, env=env),
                                 stdout=out, stderr=subprocess.STDOUT, text=True)
+    pid: int | None = None
     try:
-        serving = Serving(proc, _child_pid(proc.pid), f"http://127.0.0.1:{port}", log)
+        pid = _child_pid(proc.pid)
+        serving = Serving(proc, pid, f"http://127.0.0.1:{port}", log)
         _wait_until(lambda: _http_get(serving.base + "/readyz")[0] == 200
                     or proc.poll() is not None, 60, "/readyz 200")
         assert proc.poll() is None, serving.logged()
         yield serving
     finally:
         if proc.poll() is None:
+            # `unshare --kill-child` cannot stop it: chroot --userspec changes the process's
+            # credentials, which clears its parent-death signal. Killing the container's PID 1
+            # ends its PID namespace, as `docker kill` does.
+            if pid is not None:
+                subprocess.run([*SUDO, "kill", "-KILL", str(pid)], check=False, timeout=30)
             proc.kill()
             proc.wait()
 
