@@ -324,7 +324,10 @@ def test_bench_poll_scale_tiny_polls_without_lost_requests_against_both_simulato
         assert s[side]["request_timeout_seconds"] == 10.0  # the shipped default
         assert s[side]["hwm_mib"] > 0
     assert s["meets_zero_lost"] is True
-    assert s["ratio_warm_sim_cpu_seconds"] is None or s["ratio_warm_sim_cpu_seconds"] > 0
+    # CPU is read in clock ticks (10 ms): at this size a side may take none, so a ratio of 0
+    # (or None, when the baseline took none) is a real reading here, not a broken field.
+    ratio = s["ratio_warm_sim_cpu_seconds"]
+    assert ratio is None or (isinstance(ratio, float) and ratio >= 0)
     assert "targets: zero lost True" in stdout
 
 
