@@ -15,6 +15,7 @@ and loads settings. Signals (main thread only):
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -24,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -51,6 +52,8 @@ RELOAD_POLL_WAIT_SECONDS = SHUTDOWN_POLL_WAIT_SECONDS
 then is abandoned (its result is discarded for a removed cluster), so a SIGTERM right after a
 SIGHUP is still honoured within 5 s."""
 IGNORED_SIGNALS = ("SIGUSR1", "SIGUSR2")
+SIGNAL_CHECK_SECONDS = 0.2
+"""How often the main loop acts on the signals received (handlers only note them)."""
 
 
 class ReloadStatus:
@@ -193,6 +196,22 @@ def _reload(
              **({"not_applied_until_restart": restart_needed} if restart_needed else {}))
 
 
+def _take_signals(received: collections.deque[int], log: Any) -> tuple[bool, bool]:
+    """Log and empty the signals noted since the last call: (stop requested, reload requested)."""
+    stop_requested = reload_requested = False
+    while received:
+        name = signal.Signals(received.popleft()).name
+        if name in IGNORED_SIGNALS:
+            log.info("signal_ignored", signal=name)
+        elif name == "SIGHUP":
+            log.info("signal_received", signal=name, action="reload configuration")
+            reload_requested = True
+        else:
+            log.info("signal_received", signal=name)
+            stop_requested = True
+    return stop_requested, reload_requested
+
+
 def serve(
     settings: ExporterSettings,
     *,
@@ -209,7 +228,6 @@ def serve(
     """
     log = get_logger("exporter.serve")
     stop = stop or threading.Event()
-    reload_requested = threading.Event()
     store = SnapshotStore(settings.clusters)
     reloads = ReloadStatus()
     try:
@@ -233,23 +251,17 @@ def serve(
         return EXIT_CONFIG_ERROR
     running = _Running(settings, PollScheduler(jobs, store))
 
-    def _on_stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal_received", signal=signal.Signals(signum).name)
-        stop.set()
+    received: collections.deque[int] = collections.deque()
 
-    def _on_hup(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal_received", signal="SIGHUP", action="reload configuration")
-        reload_requested.set()
-
-    def _on_ignored(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal_ignored", signal=signal.Signals(signum).name)
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        # Only note it. A handler runs between two bytecodes of the main thread, which may be
+        # holding a lock the handler would need (a log write, the stop Event's condition, the
+        # first import of structlog): logging or setting an Event here can deadlock the stop.
+        received.append(signum)
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_stop)
-        signal.signal(signal.SIGINT, _on_stop)
-        signal.signal(signal.SIGHUP, _on_hup)
-        for name in IGNORED_SIGNALS:
-            signal.signal(getattr(signal, name), _on_ignored)
+        for name in ("SIGTERM", "SIGINT", "SIGHUP", *IGNORED_SIGNALS):
+            signal.signal(getattr(signal, name), _on_signal)
 
     server.start()
     running.scheduler.start()
@@ -261,13 +273,15 @@ def serve(
     )
     if on_started is not None:
         on_started(server)
-    while not stop.wait(0.5):
-        if reload_requested.is_set():
-            reload_requested.clear()
+    while not stop.wait(SIGNAL_CHECK_SECONDS):
+        stop_requested, reload_requested = _take_signals(received, log)
+        if stop_requested:
+            break
+        if reload_requested:
             if reload is None:
                 log.warning("config_reload_unavailable", reason="no configuration to reload")
-                continue
-            _reload(running, reload, store, job_factory, history, reloads)
+            else:
+                _reload(running, reload, store, job_factory, history, reloads)
     log.info("exporter_stopping")
     clean = running.scheduler.shutdown(timeout_seconds=SHUTDOWN_POLL_WAIT_SECONDS)
     if history is not None and clean:

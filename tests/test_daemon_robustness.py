@@ -349,6 +349,44 @@ def test_sighup_reloads_a_bad_config_keeps_the_old_one_and_usr1_is_harmless(
     assert '"event": "signal_ignored"' in err
 
 
+def test_signals_landing_anywhere_never_hang_or_crash_the_daemon(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """A signal handler runs between two bytecodes of the main thread, wherever it is: in the
+    first log line (importing structlog), in the stop Event's wait. A handler that logged or
+    set an Event there crashed the daemon with a traceback or deadlocked its stop (SIGKILL
+    after the grace period). Signals fired without pause from start-up on reach those spots."""
+    config = tmp_path / "c.yaml"
+    config.write_text(cluster_yaml("a"))
+    for _attempt in range(3):
+        daemon = Daemon(config, free_port())
+        daemons.append(daemon)
+        # Before its handlers are installed a signal's default action would end the process.
+        wait_for(lambda: signal.SIGUSR1 in caught_signals(daemon.proc.pid), timeout=30.0)
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+                daemon.proc.send_signal(sig)
+            time.sleep(0.0005)
+        assert daemon.proc.poll() is None, daemon.stop()[1][-2000:]
+        daemon.wait_up()
+        started = time.monotonic()
+        code, err = daemon.stop()
+        assert code == 0, err[-2000:]
+        assert time.monotonic() - started < 5.0
+        assert "Traceback" not in err
+        assert '"event": "signal_ignored"' in err and '"event": "exporter_stopped"' in err
+
+
+def caught_signals(pid: int) -> set[int]:
+    """The signals a Linux process has handlers for (SigCgt in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            mask = int(line.split()[1], 16)
+            return {bit + 1 for bit in range(64) if mask >> bit & 1}
+    return set()
+
+
 def test_telemetry_path_serves_the_metrics_there(tmp_path: Path, daemons: list[Daemon]) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(cluster_yaml("a"))

@@ -11,7 +11,7 @@ import argparse
 import os
 import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 
@@ -122,10 +122,12 @@ def run_sim(argv: Sequence[str]) -> int:
         ports = [args.port_base + i for i in range(args.brokers)]
     mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
 
-    stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        # Only note it: setting an Event here can deadlock when the signal lands while the main
+        # thread holds that Event's lock inside its own wait().
+        received.append(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -147,8 +149,8 @@ def run_sim(argv: Sequence[str]) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            while not stop.wait(0.5):
-                pass
+            while not received:
+                time.sleep(0.2)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
