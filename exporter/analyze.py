@@ -369,16 +369,17 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     }
     late.sort(key=lambda lt: (-lt.age_seconds, lt.transaction.topic, lt.transaction.partition))
     orphaned.sort(key=lambda o: (-o.age_seconds, o.transaction.topic, o.transaction.partition))
+    up = any(b.up for b in obs.brokers)
     return ClusterSnapshot(
         cluster=obs.cluster,
         observed_at_ms=now_ms,
-        up=any(b.up for b in obs.brokers),
+        up=up,
         brokers=brokers,
         max_active_transaction_duration_seconds=reported,
         cluster_max_active_transaction_duration_seconds=(
             max(max_age_ms.values()) / 1000.0
             if max_age_ms
-            else (None if obs.unobserved else 0.0)
+            else (None if obs.unobserved or not up else 0.0)
         ),
         late_transactions=tuple(late),
         transaction_states=obs.transaction_states,

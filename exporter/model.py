@@ -343,9 +343,9 @@ class ClusterSnapshot:
     max_active_transaction_duration_seconds: Mapping[TopicPartition, float]
     """Only partitions at or above `min_reported_duration`."""
     cluster_max_active_transaction_duration_seconds: float | None
-    """None when no open transaction was seen and some partition was not observed (unknown,
-    not 0). With partitions unobserved, the age of the oldest transaction seen (a lower
-    bound: an observed hanging transaction is never hidden)."""
+    """None when no open transaction was seen and some partition was not observed, or no
+    broker answered (unknown, not 0). With partitions unobserved, the age of the oldest
+    transaction seen (a lower bound: an observed hanging transaction is never hidden)."""
     late_transactions: tuple[LateTransaction, ...]
     transaction_states: Mapping[str, int] | None
     last_stable_offset_lag: Mapping[TopicPartition, int]

@@ -112,8 +112,10 @@ def summarize(
         "brokers_up": sum(1 for b in snapshot.brokers if b.up),
         "late_transactions": len(snapshot.late_transactions),
         "hanging_transactions": hanging,
-        "partitions_with_open_transactions": sum(  # over brokers whose count is known
-            b.partitions_with_open_transactions or 0 for b in snapshot.brokers
+        "partitions_with_open_transactions": (  # over brokers whose count is known
+            sum(known) if (known := [b.partitions_with_open_transactions for b in snapshot.brokers
+                                     if b.partitions_with_open_transactions is not None])
+            else None
         ),
         "max_active_transaction_duration_seconds": (
             None if (oldest := snapshot.cluster_max_active_transaction_duration_seconds) is None

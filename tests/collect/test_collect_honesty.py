@@ -146,6 +146,17 @@ def test_garbage_describe_producers_answer_makes_that_brokers_counts_unknown(
     assert snap.cluster_max_active_transaction_duration_seconds == 0.0
 
 
+def test_no_broker_answering_makes_every_number_unknown(env: PollEnv) -> None:
+    """With every broker down nothing was observed: the cluster maximum is unknown, not 0."""
+    env.poll()
+    for broker_id in env.sim.node_ids:
+        env.sim.stop_broker(broker_id)
+    _, snap = env.poll()
+    assert not snap.up
+    assert snap.cluster_max_active_transaction_duration_seconds is None
+    assert all(counts(b) == (None, None, None) for b in snap.brokers)
+
+
 @pytest.mark.parametrize(
     ("error_code", "reason"),
     [
