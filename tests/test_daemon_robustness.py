@@ -361,8 +361,7 @@ def test_signals_landing_anywhere_never_hang_or_crash_the_daemon(
     for _attempt in range(3):
         daemon = Daemon(config, free_port())
         daemons.append(daemon)
-        # Before its handlers are installed a signal's default action would end the process.
-        wait_for(lambda: signal.SIGUSR1 in caught_signals(daemon.proc.pid), timeout=30.0)
+        wait_for_signal_handlers(daemon.proc.pid)
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
@@ -378,13 +377,17 @@ def test_signals_landing_anywhere_never_hang_or_crash_the_daemon(
         assert '"event": "signal_ignored"' in err and '"event": "exporter_stopped"' in err
 
 
-def caught_signals(pid: int) -> set[int]:
-    """The signals a Linux process has handlers for (SigCgt in /proc/PID/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            mask = int(line.split()[1], 16)
-            return {bit + 1 for bit in range(64) if mask >> bit & 1}
-    return set()
+def wait_for_signal_handlers(pid: int) -> None:
+    """Until the daemon handles SIGUSR1 (SigCgt in Linux's /proc/PID/status): before, a
+    signal's default action would end the process."""
+
+    def caught() -> bool:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
+        return False
+
+    wait_for(caught)
 
 
 def test_telemetry_path_serves_the_metrics_there(tmp_path: Path, daemons: list[Daemon]) -> None:
