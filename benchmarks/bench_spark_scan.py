@@ -9,7 +9,8 @@ stand for a network round trip), then
 - `spark scan` (`scan_job.scan_fleet`, one task per cluster) with 1, 2, ... executor cores
   (`local[k]`), session start timed apart.
 
-Every path must find the same late/hanging transactions. Prints one `RESULT` JSON line.
+Every path polls each cluster once (no orphan check) and must find the same late/hanging
+transactions. Prints one `RESULT` JSON line.
 
     python benchmarks/bench_spark_scan.py [--clusters 50] [--cores 1,2] [--latency-ms 20]
 """

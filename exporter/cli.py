@@ -17,7 +17,7 @@ from typing import Any
 
 from exporter.config import Overrides, env_help, load_settings
 from exporter.errors import EXIT_CONFIG_ERROR, ConfigError, say
-from exporter.scan import DEFAULT_ORPHAN_CHECK_SECONDS
+from exporter.scan import add_orphan_check_argument
 from exporter.version import PROG
 
 _CONFIG_HELP = """\
@@ -30,16 +30,6 @@ status 2 and the field path, e.g.
 
 
 # --------------------------------------------------------------------------- argument parsing
-
-
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 60:
-        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 60, got {text!r}")
-    return value
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -143,12 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output format (default table)")
     scan_p.add_argument("--cluster", action="append", metavar="NAME",
                         help="scan only this cluster (repeatable; default all)")
-    scan_p.add_argument("--orphan-check-seconds", type=_non_negative_seconds,
-                        default=DEFAULT_ORPHAN_CHECK_SECONDS, metavar="SECONDS",
-                        help="pause before the poll that confirms a transaction its coordinator "
-                             "does not track is orphaned "
-                             f"(default {DEFAULT_ORPHAN_CHECK_SECONDS:g}; 0: poll once, "
-                             "late transactions only)")
+    add_orphan_check_argument(scan_p)
 
     demo_p = sub.add_parser(
         "demo",

@@ -18,6 +18,7 @@ verification per broker); an exposed cluster gets a note.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +57,26 @@ COLUMNS = (
 
 DEFAULT_ORPHAN_CHECK_SECONDS = 2.0
 ScanFn = Callable[[ClusterSettings], ClusterSnapshot]
+
+
+def _orphan_check_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 60, got {text!r}")
+    return value
+
+
+def add_orphan_check_argument(parser: argparse.ArgumentParser) -> None:
+    """`--orphan-check-seconds`, shared by `scan` and `spark scan`."""
+    parser.add_argument("--orphan-check-seconds", type=_orphan_check_seconds,
+                        default=DEFAULT_ORPHAN_CHECK_SECONDS, metavar="SECONDS",
+                        help="pause before the poll that confirms a transaction its coordinator "
+                             "does not track is orphaned "
+                             f"(default {DEFAULT_ORPHAN_CHECK_SECONDS:g}; 0: poll once, "
+                             "late transactions only)")
 
 
 def scan_cluster(

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from exporter.scan import add_orphan_check_argument
+
 EXIT_OK = 0
 EXIT_CLUSTER_FAILED = 1
 EXIT_ERROR = 2
@@ -48,8 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         "scan",
         help="poll many clusters as one Spark job; write a textfile and/or push the metrics",
         description=(
-            "Poll every cluster in the fleet file (the exporter's YAML config format) once, one "
-            "Spark task per cluster, and write the exporter's metrics in Prometheus text format."
+            "Poll every cluster in the fleet file (the exporter's YAML config format), one "
+            "Spark task per cluster, and write the exporter's metrics in Prometheus text format. "
+            "Like `scan`, a task that sees open transactions not yet late polls again at once "
+            "to ask their coordinators, and once more --orphan-check-seconds later only to "
+            "confirm one found not tracked (orphaned)."
         ),
     )
     scan.add_argument("--fleet", required=True, metavar="FILE", help="YAML file with `clusters`")
@@ -64,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="scan only this cluster (repeatable)")
     scan.add_argument("--master", metavar="URL",
                       help="Spark master (default local[*]; ignored under spark-submit)")
+    add_orphan_check_argument(scan)
     _add_conf(scan)
     return parser
 
@@ -183,7 +189,7 @@ def _scan(
 
     try:
         spark = get_session(args.master, conf)
-        scans = scan_job.scan_fleet(spark, clusters)
+        scans = scan_job.scan_fleet(spark, clusters, args.orphan_check_seconds)
     except Exception as exc:  # a failed Spark job: one line, not a JVM stack trace
         err.write(f"{PROG} scan: the Spark job failed: {job_failure(exc)}\n")
         return EXIT_ERROR
@@ -212,9 +218,12 @@ def _scan(
         hanging = sum(1 for lt in snap.late_transactions if lt.classification == "hanging")
         oldest_seconds = snap.cluster_max_active_transaction_duration_seconds
         oldest = "unknown" if oldest_seconds is None else f"{oldest_seconds:.0f}s"
+        # One poll cannot confirm an orphaned transaction: not checked, rather than a false 0.
+        orphaned = (len(snap.orphaned_transactions) if args.orphan_check_seconds > 0
+                    else "unchecked")
         out.write(
             f"{scan.cluster}: up={int(snap.up)} late={len(snap.late_transactions)} "
-            f"hanging={hanging} oldest={oldest}"
+            f"hanging={hanging} orphaned={orphaned} oldest={oldest}"
             f" ({scan.duration_seconds:.2f}s)\n"
         )
     return EXIT_CLUSTER_FAILED if failed else EXIT_OK

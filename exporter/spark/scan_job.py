@@ -1,7 +1,8 @@
 """`spark scan`: poll a fleet of clusters as one Spark job and write their metrics once.
 
 One task per cluster runs the project's own `ClusterPoller` and `analyze` (via
-`exporter.scan.scan_cluster`), so the numbers are the daemon's numbers. The driver publishes
+`exporter.scan.scan_cluster`, with `scan`'s orphan check), so the numbers are the daemon's
+numbers. The driver publishes
 the snapshots into a `SnapshotStore` and renders them with the daemon's `SnapshotCollector`:
 same metric names, help, labels. Output is a node_exporter textfile-collector file and/or a
 Pushgateway push.
@@ -14,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from prometheus_client import generate_latest, push_to_gateway
@@ -39,25 +41,29 @@ class ClusterScan:
     duration_seconds: float
 
 
-def poll_and_analyze(settings: ClusterSettings) -> ClusterScan:
+def poll_and_analyze(settings: ClusterSettings, orphan_check_seconds: float = 0.0) -> ClusterScan:
     """Runs inside a Spark task. A failure is data (up=0 for that cluster), not a job abort."""
     from exporter.scan import scan_cluster
 
     started = time.monotonic()
     try:
-        snapshot = scan_cluster(settings)
+        snapshot = scan_cluster(settings, orphan_check_seconds)
     except Exception as exc:  # any poll failure becomes kafka_txn_exporter_up 0
         return ClusterScan(settings.name, None, f"{type(exc).__name__}: {exc}",
                            time.monotonic() - started)
     return ClusterScan(settings.name, snapshot, None, time.monotonic() - started)
 
 
-def scan_fleet(spark: SparkSession, clusters: Sequence[ClusterSettings]) -> list[ClusterScan]:
-    """One partition (one task) per cluster, so the clusters are polled in parallel."""
+def scan_fleet(
+    spark: SparkSession, clusters: Sequence[ClusterSettings], orphan_check_seconds: float = 0.0
+) -> list[ClusterScan]:
+    """One partition (one task) per cluster, so the clusters are polled in parallel. With
+    `orphan_check_seconds` > 0 each task makes `scan`'s orphan check (exporter.scan)."""
     if not clusters:
         return []
     rdd = spark.sparkContext.parallelize(list(clusters), numSlices=len(clusters))
-    results: list[ClusterScan] = rdd.map(poll_and_analyze).collect()
+    task = partial(poll_and_analyze, orphan_check_seconds=orphan_check_seconds)
+    results: list[ClusterScan] = rdd.map(task).collect()
     return sorted(results, key=lambda r: r.cluster)
 
 

@@ -145,6 +145,33 @@ def test_scan_fleet_of_three_simulated_clusters(
     assert {s.labels["fleet"] for s in late_pushed} == {"test"}
 
 
+@pytest.mark.parametrize("orphan_check_seconds", ["0.3", "0"])
+def test_scan_confirms_an_orphaned_transaction_not_yet_late(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    orphan_check_seconds: str,
+) -> None:
+    """A fresh transaction its coordinator does not track: the task polls again to confirm it
+    orphaned, as `scan` does; with 0 it polls once and leaves orphaned unchecked."""
+    with SimCluster(brokers=2, topics={"t": 2}, broker_config=BROKER_CONFIG) as sim:
+        hanging_transaction(sim.bootstrap_servers, "young", "t", 1)
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(f"clusters:\n  - name: c1\n    bootstrap_servers: "
+                         f"\"{sim.bootstrap_servers}\"\n")
+        textfile = tmp_path / "m.prom"
+        code = run_spark(["scan", "--fleet", str(fleet), "--textfile", str(textfile),
+                          "--orphan-check-seconds", orphan_check_seconds])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    text = textfile.read_text()
+    orphaned_ages = samples(text, "kafka_orphaned_transaction_age_seconds")
+    if orphan_check_seconds == "0":
+        assert "c1: up=1 late=0 hanging=0 orphaned=unchecked" in printed
+        assert orphaned_ages == {}
+    else:
+        assert "c1: up=1 late=0 hanging=0 orphaned=1" in printed
+        assert set(orphaned_ages) == {"c1"} and orphaned_ages["c1"] < 60
+
+
 def test_scan_reports_an_unreachable_cluster_as_down(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
