@@ -9,6 +9,7 @@ load neither the HTTP server nor the scheduler.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from exporter.config import Overrides, env_help, load_settings
-from exporter.errors import EXIT_CONFIG_ERROR, ConfigError, say
+from exporter.errors import EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, ConfigError, say
 from exporter.scan import add_orphan_check_argument
 from exporter.version import PROG
 
@@ -203,6 +204,20 @@ def _simulator_installed() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The console script. Ctrl-C (outside `serve`, which handles it) prints one line, not a
+    traceback, and exits at once with 130 (128 + SIGINT, as shells report it): a poll's threads
+    or pending requests must neither keep the process alive nor print at shutdown."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        say("interrupted")
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command, rest = (args_list[0], args_list[1:]) if args_list else ("", [])
     if command == "sim":

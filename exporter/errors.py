@@ -10,6 +10,8 @@ import reprlib
 import sys
 
 EXIT_CONFIG_ERROR = 2
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, as a shell reports a process the signal ended."""
 
 
 class ConfigError(Exception):

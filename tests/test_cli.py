@@ -6,8 +6,11 @@ import io
 import json
 import os
 import platform
+import signal
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from exporter_factories import NOW_MS, broker, late, open_txn, orphaned, snapshot
@@ -242,3 +245,31 @@ def test_abort_subcommand_delegates_its_arguments() -> None:
     result = run_cli("abort", "--help")
     assert result.returncode == 0
     assert "--start-offset" in result.stdout and "--yes" in result.stdout
+
+
+def test_ctrl_c_during_a_scan_prints_one_line_and_exits_130(tmp_path: Path) -> None:
+    """Interrupted while a request waits on a broker that accepted and never answers."""
+    with socket.socket() as silent_broker:
+        silent_broker.bind(("127.0.0.1", 0))
+        silent_broker.listen()
+        port = silent_broker.getsockname()[1]
+        config = tmp_path / "c.yaml"
+        config.write_text(f"clusters:\n  - {{name: a, bootstrap_servers: ['127.0.0.1:{port}'],"
+                          " request_timeout_seconds: 30}\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "scan", "--config", str(config)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            # A shell starting this suite in the background ignores SIGINT for it; a terminal's
+            # Ctrl-C reaches a scan whose SIGINT is at its default.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        silent_broker.settimeout(30)
+        connection, _ = silent_broker.accept()  # the scan is now waiting for an answer
+        with connection:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "kafka-txn-exporter: interrupted"
+    assert "Traceback" not in err and "Exception ignored" not in err
+    assert out == ""
