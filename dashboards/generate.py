@@ -554,6 +554,20 @@ def _label_columns(labels: Sequence[str], value_name: str) -> dash_m.DataTransfo
     )
 
 
+def _instant_table(
+    ids: Callable[[], int], title: str, description: str, expr: str
+) -> table_b.Panel:
+    """A table panel of one instant query's current values, one row per series."""
+    return (
+        table_b.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .with_target(_query(expr, instant=True, table_format=True))
+    )
+
+
 def _seconds_table(
     ids: Callable[[], int],
     title: str,
@@ -567,18 +581,8 @@ def _seconds_table(
     """A full-width table of one seconds-valued series per label set, the oldest first: the
     labels are the columns an operator acts on (e.g. the arguments of an abort)."""
     return (
-        table_b.Panel()
-        .id(ids())
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .with_target(
-            _query(
-                f"max by ({', '.join(labels)}) ({metric}{{{CLUSTER}}})",
-                instant=True,
-                table_format=True,
-            )
-        )
+        _instant_table(ids, title, description,
+                       f"max by ({', '.join(labels)}) ({metric}{{{CLUSTER}}})")
         .with_transformation(_label_columns(labels, value_name))
         .sort_by([common_b.TableSortByFieldState().display_name(value_name).desc(True)])
         .filterable(True)
@@ -969,12 +973,7 @@ def _flag_table(
 ) -> table_b.Panel:
     """A table of 0/1 flags per `labels`, each value shown as a coloured word."""
     return (
-        table_b.Panel()
-        .id(ids())
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .with_target(_query(expr, instant=True, table_format=True))
+        _instant_table(ids, title, description, expr)
         .unit(FLAG)
         .with_transformation(_label_columns(labels, value_name))
         .filterable(True)
@@ -1246,21 +1245,13 @@ def health_dashboard() -> dash_m.Dashboard:
         )
     )
     board = board.with_panel(
-        table_b.Panel()
-        .id(ids())
-        .title("Exporter versions")
-        .description(
+        _instant_table(
+            ids,
+            "Exporter versions",
             "Version and source revision of each exporter replica "
             "(kafka_txn_exporter_build_info). Replicas should run the same version; upgrade "
-            "stragglers."
-        )
-        .datasource(DATASOURCE)
-        .with_target(
-            _query(
-                "count by (version, revision, instance) (kafka_txn_exporter_build_info)",
-                instant=True,
-                table_format=True,
-            )
+            "stragglers.",
+            "count by (version, revision, instance) (kafka_txn_exporter_build_info)",
         )
         .with_transformation(
             dash_m.DataTransformerConfig(
