@@ -115,6 +115,15 @@ def blocked_sim() -> Iterator[tuple[SimCluster, dict[str, int], int]]:
         yield sim, _consume_groups(b), hang_offset
 
 
+@pytest.fixture(autouse=True)
+def _grants_restored(blocked_sim: tuple[SimCluster, dict[str, int], int]) -> Iterator[None]:
+    """The module shares one cluster: what a test denies is granted again after it."""
+    yield
+    sim = blocked_sim[0]
+    sim.call(sim.state.denied_groups.clear)
+    sim.call(sim.state.denied_cluster.clear)
+
+
 def test_read_committed_group_is_blocked_and_the_others_are_not(
     blocked_sim: tuple[SimCluster, dict[str, int], int],
 ) -> None:
@@ -179,11 +188,8 @@ def test_unauthorized_group_makes_the_count_unknown_not_zero(
 ) -> None:
     sim, _, _ = blocked_sim
     sim.deny_group("User:ANONYMOUS", "grp-lagging", "DESCRIBE")
-    try:
-        with poll_env(sim, "groups-denied") as env:
-            _, snap = env.poll()
-    finally:
-        sim.call(sim.state.denied_groups.clear)
+    with poll_env(sim, "groups-denied") as env:
+        _, snap = env.poll()
     (late,) = snap.late_transactions
     assert late.blocked_groups_unknown == UnobservedReason.UNAUTHORIZED.value
     assert late.blocked_groups == ()
@@ -201,13 +207,9 @@ def test_without_describe_on_the_cluster_a_group_listgroups_hides_makes_the_coun
     sim, _, _ = blocked_sim
     sim.deny_group(PRINCIPAL, "grp-rc", "DESCRIBE")
     sim.deny_cluster(PRINCIPAL, "DESCRIBE")
-    try:
-        with poll_env(sim, "groups-no-cluster-describe") as env:
-            obs, snap = env.poll()
-            exposition = exposed(env.settings, snap)
-    finally:
-        sim.call(sim.state.denied_groups.clear)
-        sim.call(sim.state.denied_cluster.clear)
+    with poll_env(sim, "groups-no-cluster-describe") as env:
+        obs, snap = env.poll()
+        exposition = exposed(env.settings, snap)
     assert obs.consumer_groups is not None
     assert {c.group_id for c in obs.consumer_groups.committed} == {"grp-ru", "grp-lagging"}
     (late,) = snap.late_transactions
@@ -227,12 +229,9 @@ def test_without_describe_on_the_cluster_a_group_found_blocked_is_still_reported
     be hidden)."""
     sim, _, hang_offset = blocked_sim
     sim.deny_cluster(PRINCIPAL, "DESCRIBE")
-    try:
-        with poll_env(sim, "groups-found-no-cluster-describe") as env:
-            _, snap = env.poll()
-            exposition = exposed(env.settings, snap)
-    finally:
-        sim.call(sim.state.denied_cluster.clear)
+    with poll_env(sim, "groups-found-no-cluster-describe") as env:
+        _, snap = env.poll()
+        exposition = exposed(env.settings, snap)
     (late,) = snap.late_transactions
     assert [(g.group_id, g.committed_offset) for g in late.blocked_groups] == [
         ("grp-rc", hang_offset)]
@@ -252,17 +251,14 @@ def test_describe_on_the_cluster_is_asked_once_per_config_refresh(
     monkeypatch.setattr(groups_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
     log = RequestLog(sim)
     sim.deny_cluster(PRINCIPAL, "DESCRIBE")
-    try:
-        with poll_env(sim, "groups-cluster-describe-cached", config_refresh_seconds=60.0) as env:
-            _, denied = env.poll()
-            sim.call(sim.state.denied_cluster.clear)  # granted
-            now[0] += 59.0
-            _, cached = env.poll()
-            now[0] += 1.0
-            _, refreshed = env.poll()
-            _, again = env.poll()
-    finally:
-        sim.call(sim.state.denied_cluster.clear)
+    with poll_env(sim, "groups-cluster-describe-cached", config_refresh_seconds=60.0) as env:
+        _, denied = env.poll()
+        sim.call(sim.state.denied_cluster.clear)  # granted
+        now[0] += 59.0
+        _, cached = env.poll()
+        now[0] += 1.0
+        _, refreshed = env.poll()
+        _, again = env.poll()
     assert log.counts[(DESCRIBE_CLUSTER, None)] == 2
     assert denied.late_transactions[0].blocked_groups_unknown == "unauthorized"
     assert cached.late_transactions[0].blocked_groups_unknown == "unauthorized"
