@@ -105,6 +105,8 @@ def summarize(
     """Counts for the one summary log event per poll."""
     hanging = sum(1 for t in snapshot.late_transactions
                   if t.classification is Classification.HANGING)
+    known_open = [b.partitions_with_open_transactions for b in snapshot.brokers
+                  if b.partitions_with_open_transactions is not None]
     summary: dict[str, Any] = {
         "cluster": snapshot.cluster,
         "up": snapshot.up,
@@ -112,11 +114,7 @@ def summarize(
         "brokers_up": sum(1 for b in snapshot.brokers if b.up),
         "late_transactions": len(snapshot.late_transactions),
         "hanging_transactions": hanging,
-        "partitions_with_open_transactions": (  # over brokers whose count is known
-            sum(known) if (known := [b.partitions_with_open_transactions for b in snapshot.brokers
-                                     if b.partitions_with_open_transactions is not None])
-            else None
-        ),
+        "partitions_with_open_transactions": sum(known_open) if known_open else None,
         "max_active_transaction_duration_seconds": (
             None if (oldest := snapshot.cluster_max_active_transaction_duration_seconds) is None
             else round(oldest, 3)
