@@ -1,0 +1,45 @@
+"""Real Apache Kafka brokers for the tests under tests/realkafka (marker `real_kafka`).
+
+Each test runs once per version of the matrix (scripts/kafka-versions, or the versions in
+KTE_KAFKA_VERSIONS), against brokers started from the jars scripts/install-kafka resolved from
+Maven Central. A version that is not installed fails its tests with the command that installs it;
+nothing is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_sim.realkafka import RealKafkaCluster, start_cluster
+from realhelpers import VERIFICATION_OFF, kafka_versions
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.real_kafka)
+
+
+@pytest.fixture(scope="session", params=kafka_versions())
+def kafka_version(request: pytest.FixtureRequest) -> str:
+    version: str = request.param
+    return version
+
+
+@pytest.fixture(scope="session")
+def real_kafka(
+    kafka_version: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealKafkaCluster]:
+    """One single-node KRaft broker per version, shared by the tests of that version: partition
+    verification off, so the raw producer can leave a hanging transaction (each test makes its
+    own topics and transactional ids)."""
+    workdir = tmp_path_factory.mktemp(f"kafka-{kafka_version}")
+    cluster = start_cluster(kafka_version, workdir, broker_config=VERIFICATION_OFF)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,0 +1,173 @@
+"""What the real-broker tests share: the version matrix, topics, Kafka's own tools as the oracle
+(`kafka-transactions.sh find-hanging`, JmxTool), and the exporter's poller against the broker."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka_sim.realkafka import RealKafkaCluster
+
+from exporter.analyze import analyze
+from exporter.collect.poll import ClusterPoller
+from exporter.model import ClusterObservation, ClusterSnapshot
+from exporter.settings import ClusterSettings
+
+REPO = Path(__file__).resolve().parents[2]
+MINUTE_MS = 60_000
+DEFAULT_MAX_TIMEOUT_MS = 900_000
+"""transaction.max.timeout.ms at its default (15 min), as the test brokers run."""
+LATE_BACKDATE_MS = DEFAULT_MAX_TIMEOUT_MS + 5 * MINUTE_MS + 2 * MINUTE_MS
+"""Older than the broker's own lateness rule (max timeout + 5 min) with 2 minutes to spare."""
+
+VERIFICATION_OFF = {"transaction.partition.verification.enable": "false"}
+TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
+
+_names = itertools.count()
+
+
+def kafka_versions() -> list[str]:
+    """The matrix: KTE_KAFKA_VERSIONS (space-separated) or scripts/kafka-versions."""
+    chosen = os.environ.get("KTE_KAFKA_VERSIONS", "").split()
+    if chosen:
+        return chosen
+    lines = (REPO / "scripts" / "kafka-versions").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def unique(prefix: str) -> str:
+    """A topic or transactional id no other test of the session uses."""
+    return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+def create_topic(
+    cluster: RealKafkaCluster,
+    name: str,
+    partitions: int = 1,
+    replication: int = 1,
+    configs: Mapping[str, str] | None = None,
+) -> str:
+    """Create a topic with kafka-python's admin client and wait until every partition has a
+    leader that answers."""
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        admin.create_topics(
+            [
+                NewTopic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=replication,
+                    topic_configs=dict(configs or {}),
+                )
+            ]
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            described = admin.describe_topics([name])
+            parts = described[0].get("partitions") or []
+            if len(parts) == partitions and all(p.get("leader_id", -1) >= 0 for p in parts):
+                return name
+            time.sleep(0.2)
+    finally:
+        admin.close()
+    raise TimeoutError(f"topic {name} has no leader for every partition")
+
+
+@dataclass(frozen=True)
+class HangingRow:
+    """One line of `kafka-transactions.sh find-hanging`."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    start_offset: int
+    last_timestamp_ms: int
+    duration_minutes: int
+
+
+def find_hanging(cluster: RealKafkaCluster, broker_id: int = 1) -> list[HangingRow]:
+    """Kafka's own `kafka-transactions.sh find-hanging --broker-id N`, parsed."""
+    result = cluster.tool(
+        TRANSACTIONS_COMMAND, "--bootstrap-server", cluster.bootstrap,
+        "find-hanging", "--broker-id", str(broker_id),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows: list[HangingRow] = []
+    for line in result.stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        rows.append(
+            HangingRow(
+                topic=fields[0],
+                partition=int(fields[1]),
+                producer_id=int(fields[2]),
+                producer_epoch=int(fields[3]),
+                coordinator_epoch=int(fields[4]),
+                start_offset=int(fields[5]),
+                last_timestamp_ms=int(fields[6]),
+                duration_minutes=int(fields[7]),
+            )
+        )
+    return rows
+
+
+def jmx_late_transactions(cluster: RealKafkaCluster, broker_id: int = 1) -> int:
+    """The broker's own PartitionsWithLateTransactionsCount gauge."""
+    name = "kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount"
+    values = cluster.jmx_values(name, node_id=broker_id)
+    assert name in values, f"no {name} on broker {broker_id}: {values}"
+    return int(values[name])
+
+
+def jmx_last_stable_offset_lag(
+    cluster: RealKafkaCluster, topic: str, partition: int, broker_id: int = 1
+) -> int:
+    """The broker's LastStableOffsetLag gauge of one partition (high watermark - LSO)."""
+    name = (
+        "kafka.cluster:type=Partition,name=LastStableOffsetLag,"
+        f"topic={topic},partition={partition}"
+    )
+    values = cluster.jmx_values(name, node_id=broker_id)
+    assert name in values, f"no {name} on broker {broker_id}: {values}"
+    return int(values[name])
+
+
+def cluster_settings(
+    cluster: RealKafkaCluster, name: str = "real", **settings: Any
+) -> ClusterSettings:
+    return ClusterSettings(
+        name=name, bootstrap_servers=tuple(cluster.bootstrap.split(",")), **settings
+    )
+
+
+@dataclass
+class RealPollEnv:
+    """One long-lived poller against a real cluster (connections and caches persist)."""
+
+    cluster: RealKafkaCluster
+    poller: ClusterPoller
+    settings: ClusterSettings
+
+    def poll(self) -> tuple[ClusterObservation, ClusterSnapshot]:
+        observation = self.poller.poll()
+        return observation, analyze(observation, self.settings)
+
+
+@contextmanager
+def poll_env(cluster: RealKafkaCluster, **settings: Any) -> Iterator[RealPollEnv]:
+    cluster_config = cluster_settings(cluster, **settings)
+    poller = ClusterPoller(cluster_config)
+    try:
+        yield RealPollEnv(cluster, poller, cluster_config)
+    finally:
+        poller.close()
