@@ -343,3 +343,14 @@ def test_bench_blocked_groups_tiny_counts_no_group_request_without_late_transact
     assert late["group_requests"]["FindCoordinator(group)"] == 1
     assert late["committed_offsets_read"] == 2 * 3
     assert late["poll_cpu_seconds_with_groups"] > 0 and "extra ms/late" in stdout
+
+
+def test_bench_idle_crowd_tiny_scrapes_a_real_serve_with_and_without_the_crowd() -> None:
+    _, results = _run("bench_idle_crowd.py", "--crowd", "30", "--seconds", "1.5", "--tls")
+    (result,) = results
+    assert result["crowd_connections_opened"] >= 30
+    for phase in ("baseline", "with_crowd"):
+        assert result[phase]["scrapes"] >= 3
+        assert 0 < result[phase]["peak_rss_mib"]
+        assert 0 < result[phase]["peak_threads"]
+    assert {"ratio_p99", "ratio_rss", "machine", "load_average"} <= result.keys()

@@ -1,11 +1,11 @@
 """The HTTP endpoints: /metrics, /healthz, /readyz (and a small landing page at /).
 
-A thread-per-request WSGI server (prometheus_client's ThreadingWSGIServer) runs in its own
-daemon thread. Handlers only read the `SnapshotStore`'s current state, so a scrape never waits
-for a poll. /metrics negotiates OpenMetrics vs text format from `Accept` and gzip from
-`Accept-Encoding` as prometheus_client's own WSGI app does, renders the snapshot families once
-per published state (exporter.expose.render_cache) and shares one render between concurrent
-identical scrapes (`SingleFlight`). TLS (and client certificates) and basic
+An event-loop server (exporter.expose.server) runs in its own daemon thread and hands complete
+requests to the WSGI app on a few threads. Handlers only read the `SnapshotStore`'s current
+state, so a scrape never waits for a poll. /metrics negotiates OpenMetrics vs text format from
+`Accept` and gzip from `Accept-Encoding` as prometheus_client's own WSGI app does, renders the
+snapshot families once per published state (exporter.expose.render_cache) and shares one render
+between concurrent identical scrapes (`SingleFlight`). TLS (and client certificates) and basic
 auth (bcrypt hashes, `basic_auth_users`) come from an exporter-toolkit web config file
 (parsed once by exporter.webconfig). prometheus_client has no server-side authentication,
 so basic auth is a WSGI wrapper (`BasicAuth`) around the whole app.
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
-import errno
 import hashlib
 import hmac
 import resource
@@ -24,22 +22,20 @@ import secrets
 import socket
 import ssl
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import bcrypt
 from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from exporter.errors import ConfigError
 from exporter.expose.collector import new_family
 from exporter.expose.registry import ExporterRegistry
 from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
+from exporter.expose.server import EventLoopHttpServer, ServerLimits
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
 from exporter.metrics import spec
@@ -172,42 +168,24 @@ def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
     return [data]
 
 
-TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
 LISTEN_BACKLOG = 128
-HTTP_IDLE_TIMEOUT_SECONDS = 10.0
-"""Per socket read/write: a client that connects and sends nothing (or stops reading) is
-dropped after this long without progress."""
+# A burst of concurrent scrapers overflows socketserver's default backlog of 5: the kernel drops
+# SYNs, which clients retry after 1 s, 3 s, 7 s (seen in benchmarks/bench_scrape_load.py).
+HTTP_HEAD_TIMEOUT_SECONDS = 10.0
+"""From accept to a complete request head (TLS handshake included): a client that connects
+and sends nothing, or trickles its request, is closed after this long."""
 HTTP_REQUEST_DEADLINE_SECONDS = 30.0
 """Whole connection, TLS handshake, request and response included (one request per
-connection). The idle timeout alone restarts with every byte: a client sending one byte per
-second would hold a thread and a descriptor forever."""
-MAX_HTTP_CONNECTIONS = 64
-"""Connections served at once; more are refused at once (503 on plain HTTP, closed on TLS) and
-counted in kafka_txn_exporter_http_connections_refused_total. Lowered to a quarter of the
+connection)."""
+MAX_HTTP_CONNECTIONS = 4096
+"""Connections open at once. When full, the connection that has waited longest without sending
+a complete request is closed to make room (counted in
+kafka_txn_exporter_http_connections_refused_total); only when every open connection has sent
+its request is a new one refused (503 on plain HTTP, closed on TLS). Lowered to a quarter of the
 process's descriptor limit when that is smaller, so Kafka polling keeps its descriptors."""
 STOP_GRACE_SECONDS = 1.0
 """On stop, answers already under way get this long to finish before their connections are
 cut (a scrape of a few MB takes milliseconds; a trickling client is not waited for)."""
-ACCEPT_BACKOFF_SECONDS = (0.05, 1.0)
-"""First and longest pause of the accept loop after accept() fails for lack of descriptors or
-memory: the pending connection stays in the listen backlog and accept() would fail again at
-once, so retrying without a pause spins a core."""
-_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_REFUSED_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: 29\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-    b"too many concurrent requests\n"
-)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """Request lines go to debug-level structured logs instead of stderr; idle clients are
-    dropped after HTTP_IDLE_TIMEOUT_SECONDS (StreamRequestHandler applies `timeout`)."""
-
-    timeout = HTTP_IDLE_TIMEOUT_SECONDS
-
-    def log_message(self, format: str, *args: Any) -> None:
-        get_logger("exporter.http").debug("http_request", message=format % args)
 
 
 def raise_nofile_limit() -> int:
@@ -228,153 +206,10 @@ def connection_cap(requested: int, nofile_limit: int) -> int:
     return max(1, min(requested, nofile_limit // 4))
 
 
-class HardenedWSGIServer(ThreadingWSGIServer):
-    """prometheus_client's thread-per-connection server with bounds a hostile or broken client
-    cannot lift: a whole-connection deadline, a cap on connections served at once, and an
-    accept loop that pauses instead of spinning when the process runs out of descriptors.
-    """
-
-    request_queue_size = LISTEN_BACKLOG
-    # socketserver's default backlog is 5: a burst of concurrent scrapers overflows it and the
-    # kernel drops SYNs, which clients retry after 1 s, 3 s, 7 s (seen in
-    # benchmarks/bench_scrape_load.py as p99 of seconds and scrape timeouts).
-    block_on_close = False  # stop() closes the connections still open instead of waiting
-    ssl_context: ssl.SSLContext | None = None
-    max_connections = MAX_HTTP_CONNECTIONS
-    request_deadline_seconds = HTTP_REQUEST_DEADLINE_SECONDS
-
-    def server_activate(self) -> None:
-        super().server_activate()
-        self._conn_lock = threading.Lock()
-        self._open: dict[socket.socket, float] = {}  # connection -> monotonic deadline
-        self.refused_connections = 0
-        self.accept_errors = 0
-        self._backoff = 0.0
-        self._closing = threading.Event()
-        self._reaper = threading.Thread(target=self._reap, name="http-deadline", daemon=True)
-        self._reaper.start()
-
-    # ---------------------------------------------------------------- accept
-    def get_request(self) -> tuple[socket.socket, Any]:
-        try:
-            conn, addr = super().get_request()
-        except OSError as exc:
-            if exc.errno in _RESOURCE_ERRNOS:
-                self._pause_accepting(exc)
-            raise  # socketserver drops the failed accept and goes back to select()
-        self._backoff = 0.0
-        if self.ssl_context is None:
-            return conn, addr
-        # Handshake later, on the connection's own thread: a slow or silent client must not
-        # block the accept loop (and with it every other scrape).
-        return self.ssl_context.wrap_socket(conn, server_side=True,
-                                            do_handshake_on_connect=False), addr
-
-    def _pause_accepting(self, exc: OSError) -> None:
-        first, longest = ACCEPT_BACKOFF_SECONDS
-        self._backoff = min(longest, self._backoff * 2) if self._backoff else first
-        with self._conn_lock:
-            self.accept_errors += 1
-            errors, open_now = self.accept_errors, len(self._open)
-        if errors & (errors - 1) == 0:  # 1st, 2nd, 4th, 8th ...: the log stays bounded
-            get_logger("exporter.http").warning(
-                "http_accept_failed", error=exc.strerror or str(exc), accept_errors=errors,
-                open_connections=open_now, retry_in_seconds=self._backoff,
-            )
-        self._closing.wait(self._backoff)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._conn_lock:
-            admitted = len(self._open) < self.max_connections
-            if admitted:
-                self._open[request] = time.monotonic() + self.request_deadline_seconds
-            else:
-                self.refused_connections += 1
-        if not admitted:
-            self._refuse(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread: release the slot here
-            self._forget(request)
-            self.shutdown_request(request)
-            raise
-
-    def _refuse(self, request: socket.socket) -> None:
-        if not isinstance(request, ssl.SSLSocket):
-            try:
-                request.setblocking(False)
-                request.send(_REFUSED_RESPONSE)
-            except OSError:
-                pass
-        self.shutdown_request(request)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._forget(request)
-
-    def _forget(self, request: socket.socket) -> None:
-        with self._conn_lock:
-            self._open.pop(request, None)
-
-    def open_connections(self) -> int:
-        with self._conn_lock:
-            return len(self._open)
-
-    # ---------------------------------------------------------------- deadline
-    def _reap(self) -> None:
-        """Cut connections past their deadline: shutting the socket down makes the blocked
-        read or write on the connection's thread return, and the thread ends."""
-        while not self._closing.wait(0.25):
-            now = time.monotonic()
-            with self._conn_lock:
-                late = [conn for conn, deadline in self._open.items() if deadline <= now]
-            for conn in late:
-                _cut(conn)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if isinstance(request, ssl.SSLSocket):
-            request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)
-            try:
-                request.do_handshake()
-            except (ssl.SSLError, OSError) as exc:
-                get_logger("exporter.http").debug(
-                    "tls_handshake_failed", client=str(client_address[0]), error=str(exc)
-                )
-                return
-            request.settimeout(None)
-        super().finish_request(request, client_address)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        get_logger("exporter.http").debug("http_connection_error", exc_info=True)
-
-    def server_close(self) -> None:
-        if not hasattr(self, "_closing"):  # bind failed (port in use): never activated
-            super().server_close()
-            return
-        self._closing.set()
-        super().server_close()  # no new connection from here on
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while self.open_connections() and time.monotonic() < deadline:
-            time.sleep(0.02)  # let answers under way finish
-        with self._conn_lock:
-            still_open = list(self._open)
-        for conn in still_open:
-            _cut(conn)
-
-
-def _cut(conn: socket.socket) -> None:
-    # The plain socket's shutdown, also under TLS: SSLSocket's own would drop its state.
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(conn, socket.SHUT_RDWR)
-
-
 class HttpServerCollector(Collector):
     """The HTTP server's own counters, read on every scrape."""
 
-    def __init__(self, server: HardenedWSGIServer) -> None:
+    def __init__(self, server: EventLoopHttpServer) -> None:
         self._server = server
 
     def collect(self) -> Iterator[Metric]:
@@ -384,11 +219,20 @@ class HttpServerCollector(Collector):
         yield refused
 
 
-def _best_family(address: str, port: int) -> tuple[socket.AddressFamily, str]:
-    """IPv6 listen addresses ('::') need AF_INET6; the stdlib server defaults to AF_INET."""
+def _listening_socket(address: str, port: int) -> socket.socket:
+    """Bound and listening, IPv6 when the address is ('::' needs AF_INET6)."""
     infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, sockaddr = infos[0]
-    return family, str(sockaddr[0])
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 # --------------------------------------------------------------------------- web config
@@ -576,25 +420,23 @@ class MetricsServer:
         *,
         max_connections: int | None = None,
         request_deadline_seconds: float | None = None,
+        head_timeout_seconds: float | None = None,
     ) -> None:
         parsed = web.web_config
         if parsed is None and web.web_config_file:  # settings built by hand, not loaded
             parsed = parse_web_config_file(web.web_config_file)
         web_config = build_web_config(parsed) if parsed is not None else WebConfig()
-        family, address = _best_family(web.listen_address, web.port)
         context = web_config.ssl_context
-
         cap = connection_cap(MAX_HTTP_CONNECTIONS if max_connections is None
                              else max_connections, raise_nofile_limit())
-        deadline = (HTTP_REQUEST_DEADLINE_SECONDS if request_deadline_seconds is None
-                    else request_deadline_seconds)
-
-        class Server(HardenedWSGIServer):
-            address_family = family
-            ssl_context = context
-            max_connections = cap
-            request_deadline_seconds = deadline
-
+        limits = ServerLimits(
+            max_connections=cap,
+            head_timeout_seconds=HTTP_HEAD_TIMEOUT_SECONDS if head_timeout_seconds is None
+            else head_timeout_seconds,
+            request_deadline_seconds=HTTP_REQUEST_DEADLINE_SECONDS
+            if request_deadline_seconds is None else request_deadline_seconds,
+            stop_grace_seconds=STOP_GRACE_SECONDS,
+        )
         app = make_app(registry, store, config_file, web.telemetry_path)
         if web_config.basic_auth_users:
             app = BasicAuth(web_config.basic_auth_users).wrap(app)
@@ -605,28 +447,22 @@ class MetricsServer:
                 )
         app = _with_headers(app, web_config.headers)
         self.basic_auth = bool(web_config.basic_auth_users)
-        self._server: HardenedWSGIServer = make_server(
-            address, web.port, app, Server, handler_class=_QuietHandler)
-        self.max_connections = Server.max_connections
+        self._server = EventLoopHttpServer(
+            _listening_socket(web.listen_address, web.port), app, limits, context)
+        self.max_connections = cap
         registry.register(HttpServerCollector(self._server))
         self.scheme = "https" if context is not None else "http"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="http", kwargs={"poll_interval": 0.2},
-            daemon=True,
-        )
 
     @property
     def port(self) -> int:
-        return int(self._server.server_port)
+        return int(self._server.server_address[1])
 
     @property
     def address(self) -> str:
         return str(self._server.server_address[0])
 
     def start(self) -> None:
-        self._thread.start()
+        self._server.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=2.0)
+        self._server.stop()

@@ -95,9 +95,10 @@ def test_one_byte_per_second_does_not_keep_a_connection_alive(server: MetricsSer
     assert DEADLINE_SECONDS * 0.8 <= closed_after <= DEADLINE_SECONDS + 2.0
 
 
-def test_a_thousand_slow_connections_hold_at_most_the_cap(server: MetricsServer) -> None:
-    """1,000 clients that send half a request: at most CAP threads serve them, the rest are
-    refused and counted, and a scrape works again once the deadline has cut the slow ones."""
+def test_a_thousand_slow_connections_cannot_starve_a_scrape(server: MetricsServer) -> None:
+    """1,000 clients that send half a request, CAP at a time open: each new one closes the
+    idle connection that waited longest (counted as refused), no thread is started for any of
+    them, and a scrape made in the middle of the flood is answered."""
     threads_before = threading.active_count()
     peak = [0]
     flooding = threading.Event()
@@ -109,29 +110,25 @@ def test_a_thousand_slow_connections_hold_at_most_the_cap(server: MetricsServer)
     sampler = threading.Thread(target=sample)
     sampler.start()
     clients: list[socket.socket] = []
-    start = time.monotonic()
     try:
-        for _ in range(1000):
+        for i in range(1000):
             sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
             sock.sendall(b"GET /metrics HTTP/1.1\r\n")  # never finished
             clients.append(sock)
-        elapsed = time.monotonic() - start
-        # Slots free up as the deadline cuts connections, so a slow flood gets a few more in.
-        admitted_at_most = CAP * (2 + int(elapsed / DEADLINE_SECONDS))
-        wait_until(lambda: server._server.refused_connections >= 1000 - admitted_at_most, 10.0)
-        assert server._server.refused_connections >= 1000 - admitted_at_most
+            if i == 500:
+                assert "kafka_txn_exporter_up" in scrape(server)
+        assert wait_until(lambda: server._server.refused_connections >= 1000 - CAP, 10.0)
         assert server._server.open_connections() <= CAP
-        refused = clients[-1].recv(200)  # the last one was refused with a 503, not left hanging
-        assert refused.startswith(b"HTTP/1.1 503 "), refused
+        assert clients[0].recv(200) == b""  # the oldest idle one was closed, not answered
     finally:
         flooding.set()
         sampler.join()
         for sock in clients:
             sock.close()
-    assert peak[0] <= CAP, f"{peak[0]} threads for 1,000 slow connections"
+    # The event loop and the app's thread pool exist before the flood; it adds no thread.
+    assert peak[0] <= 1, f"{peak[0]} threads started for 1,000 slow connections"
     assert wait_until(lambda: server._server.open_connections() == 0, DEADLINE_SECONDS + 3)
-    assert refused_total(scrape(server)) == server._server.refused_connections > 900
-    assert wait_until(lambda: threading.active_count() <= threads_before, 5.0)
+    assert refused_total(scrape(server)) == server._server.refused_connections >= 1000 - CAP
 
 
 def test_connection_cap_leaves_most_descriptors_to_kafka() -> None:
@@ -168,8 +165,8 @@ def test_out_of_descriptors_the_accept_loop_waits_and_recovers(server: MetricsSe
         busy = _cpu_seconds_over(2.0)
         assert server._server.accept_errors >= 1, "accept() never failed: limit not reached"
         assert busy < 0.1, f"accept loop used {busy:.0%} of a core while out of descriptors"
-        # Backing off 0.05 s, doubling to 1 s: a handful of attempts, not thousands.
-        assert server._server.accept_errors <= 20, server._server.accept_errors
+        # One pause of a second per failed wake-up: a handful in 2.3 s, not thousands.
+        assert server._server.accept_errors <= 5, server._server.accept_errors
     finally:
         for fd in fillers:
             os.close(fd)
@@ -179,5 +176,5 @@ def test_out_of_descriptors_the_accept_loop_waits_and_recovers(server: MetricsSe
     while chunk := client.recv(4096):
         answer += chunk
     client.close()
-    assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"ok\n"), answer
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok\n"), answer
     assert "kafka_txn_exporter_up" in scrape(server)
