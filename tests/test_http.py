@@ -6,6 +6,7 @@ import gzip
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from exporter_factories import broker, snapshot
@@ -201,3 +202,38 @@ def test_bad_web_config_names_the_key(pki: Path, text: str, expected: str) -> No
         load_web_config(str(cfg))
     assert str(info.value).startswith("web.web_config_file: ")
     assert expected in str(info.value)
+
+
+class _BigCollector:
+    """About 3 MB of exposition: far more than one socket buffer or one TLS record."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("big_series", "many series", labels=["i"])
+        for i in range(60_000):
+            family.add_metric([f"{i:040d}"], float(i))
+        yield family
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_a_large_answer_arrives_whole(pki: Path, store: SnapshotStore, tls: bool) -> None:
+    """The connection is closed (not lingered on) after the answer: every byte must have left
+    first, over plain TCP and TLS alike."""
+    cfg = pki / "web.yml"
+    cfg.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    registry = build_registry(store)
+    registry.register(_BigCollector())  # type: ignore[arg-type]
+    server = MetricsServer(
+        WebSettings(listen_address="127.0.0.1", port=0, web_config_file=str(cfg) if tls else None),
+        registry, store)
+    server.start()
+    try:
+        url = f"{'https' if tls else 'http'}://localhost:{server.port}/metrics"
+        context = _client_ctx(pki, with_cert=False) if tls else None
+        with urllib.request.urlopen(url, timeout=30, context=context) as resp:
+            body = resp.read()
+            assert len(body) == int(resp.headers["Content-Length"]) > 3_000_000
+        assert body.count(b"big_series{") == 60_000
+    finally:
+        server.stop()
