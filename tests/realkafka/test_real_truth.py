@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition as KafkaTopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka_sim.producer import (
     HANGING_PRODUCE_VERSIONS,
     OpenTransaction,
@@ -179,7 +180,8 @@ def _end_offsets(
     """ListOffsets latest with kafka-python's consumer (read_committed: the LSO)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)
     try:
-        answer = consumer.end_offsets([KafkaTopicPartition(p.topic, p.partition) for p in partitions])
+        asked = [KafkaTopicPartition(p.topic, p.partition) for p in partitions]
+        answer = consumer.end_offsets(asked)
         return {TopicPartition(tp.topic, tp.partition): int(off) for tp, off in answer.items()}
     finally:
         consumer.close()
@@ -246,11 +248,12 @@ def scene(
         # broker-wide gauge counts them too.
         _, snapshot = scene.last
         for other in snapshot.late_transactions:
-            txn = other.transaction
-            if txn.topic not in topics and other.classification is Classification.HANGING:
+            left = other.transaction
+            if left.topic not in topics and other.classification is Classification.HANGING:
                 scene.leftovers_aborted.append(
-                    _abort(config, txn.topic, txn.partition, txn.current_txn_start_offset, "--yes")
-                )
+                    _abort(config, left.topic, left.partition, left.current_txn_start_offset,
+                           "--yes")
+                )  # fmt: skip
 
         with poll_env(real_kafka) as env:
             scene.after = env.poll()
@@ -437,7 +440,8 @@ def test_healthy_producers_are_never_late_hanging_or_orphaned(scene: Scene) -> N
 
 def test_last_stable_offset_lag_equals_the_broker_gauge(scene: Scene) -> None:
     _, snapshot = scene.last
-    mine = {tp: lag for tp, lag in snapshot.last_stable_offset_lag.items() if tp.topic in scene.topics}
+    lags = snapshot.last_stable_offset_lag
+    mine = {tp: lag for tp, lag in lags.items() if tp.topic in scene.topics}
     late_tp = TopicPartition(scene.late.topic, scene.late.partition)
     # The hanging batch, two committed records and their marker: all behind the LSO.
     assert mine[late_tp] == 4
