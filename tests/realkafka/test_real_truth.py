@@ -46,6 +46,7 @@ from kafka_sim.producer import (
     open_transaction,
 )
 from kafka_sim.realkafka import RealKafkaCluster
+from kafka_sim.realkafka import _parse_jmx_csv as parse_jmx_csv
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
@@ -56,7 +57,6 @@ from realhelpers import (
     HangingRow,
     create_topic,
     find_hanging,
-    jmx_late_transactions,
     poll_env,
     unique,
 )
@@ -78,6 +78,7 @@ BROKER_LATE_BUFFER_MS = 5 * 60_000
 POLLS = 4
 """Observations before the abort: the young hanging transaction is orphaned from the third
 (first seen, then two polls whose coordinator answers do not track it)."""
+LATE_GAUGE = "kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount"
 LAG_GAUGES = "kafka.cluster:type=Partition,name=LastStableOffsetLag,*"
 
 
@@ -147,14 +148,26 @@ def _hanging_with_fresh_write(
         producer.close()
 
 
-def _jmx_lags(cluster: RealKafkaCluster, topics: tuple[str, ...]) -> dict[TopicPartition, int]:
-    """Every LastStableOffsetLag gauge of the scene's topics, read with one JmxTool run."""
+def _jmx_gauges(
+    cluster: RealKafkaCluster, topics: tuple[str, ...]
+) -> tuple[int, dict[TopicPartition, int]]:
+    """PartitionsWithLateTransactionsCount and every LastStableOffsetLag gauge of the scene's
+    topics, read with one JmxTool run (each run is a JVM start on a loaded machine)."""
+    result = cluster.tool(
+        "org.apache.kafka.tools.JmxTool", "--jmx-url", cluster.jmx_url(),
+        "--object-name", LATE_GAUGE, "--object-name", LAG_GAUGES, "--attributes", "Value",
+        "--one-time", "true", "--report-format", "csv", "--date-format", "yyyy",
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    values = parse_jmx_csv(result.stdout)
+    assert LATE_GAUGE in values, values
     lags: dict[TopicPartition, int] = {}
-    for name, value in cluster.jmx_values(LAG_GAUGES).items():
+    for name, value in values.items():
         keys = dict(part.split("=", 1) for part in name.split(":", 1)[1].split(","))
-        if keys.get("topic") in topics:
+        if keys.get("name") == "LastStableOffsetLag" and keys.get("topic") in topics:
             lags[TopicPartition(keys["topic"], int(keys["partition"]))] = int(value)
-    return lags
+    return int(values[LATE_GAUGE]), lags
 
 
 def _abort(config: Path, topic: str, partition: int, start_offset: int, *flags: str) -> (
@@ -226,8 +239,7 @@ def scene(
             for _ in range(POLLS):
                 scene.polls.append(env.poll())
         scene.find_hanging = find_hanging(real_kafka)
-        scene.jmx_late = jmx_late_transactions(real_kafka)
-        scene.jmx_lag = _jmx_lags(real_kafka, topics)
+        scene.jmx_late, scene.jmx_lag = _jmx_gauges(real_kafka, topics)
 
         config = tmp_path_factory.mktemp("abort") / "config.yaml"
         config.write_text(
@@ -258,8 +270,7 @@ def scene(
         with poll_env(real_kafka) as env:
             scene.after = env.poll()
         scene.find_hanging_after = find_hanging(real_kafka)
-        scene.jmx_late_after = jmx_late_transactions(real_kafka)
-        scene.jmx_lag_after = _jmx_lags(real_kafka, topics)
+        scene.jmx_late_after, scene.jmx_lag_after = _jmx_gauges(real_kafka, topics)
         aborted = [TopicPartition(t.topic, t.partition) for t in (late, fresh)]
         scene.committed_end_offsets_after = _end_offsets(bootstrap, aborted, "read_committed")
         scene.end_offsets_after = _end_offsets(bootstrap, aborted, "read_uncommitted")
@@ -296,7 +307,9 @@ def _broker_rule_late_partitions(observation: ClusterObservation) -> set[TopicPa
         tp = TopicPartition(txn.topic, txn.partition)
         if tp not in oldest or txn.current_txn_start_offset < oldest[tp][0]:
             oldest[tp] = (txn.current_txn_start_offset, txn.last_timestamp_ms)
-    threshold = DEFAULT_MAX_TIMEOUT_MS + BROKER_LATE_BUFFER_MS
+    (broker,) = observation.brokers
+    assert broker.transaction_max_timeout_ms == DEFAULT_MAX_TIMEOUT_MS
+    threshold = broker.transaction_max_timeout_ms + BROKER_LATE_BUFFER_MS
     return {
         tp for tp, (_, last) in oldest.items()
         if last > 0 and observation.observed_at_ms - last > threshold
@@ -340,6 +353,11 @@ def test_late_hanging_transaction_equals_find_hanging_and_the_broker_gauge(scene
         (scene.late.partition, scene.late.producer_id, scene.late.producer_epoch,
          scene.late.start_offset)
     ]  # fmt: skip
+    # The broker's gauge counts the partition: its rule, on what the exporter read, agrees.
+    observation, _ = scene.last
+    broker_rule = _broker_rule_late_partitions(observation)
+    assert TopicPartition(scene.late.topic, scene.late.partition) in broker_rule
+    assert scene.jmx_late == len(broker_rule)
 
 
 # ------------------------------------------------------- 2. late hanging with a fresh write
@@ -494,8 +512,14 @@ def test_the_abort_command_ends_what_kafka_and_the_exporter_call_hanging(scene: 
         late_tp, fresh_tp
     } == set()
 
-    # The exporter's series for the two transactions are gone from /metrics.
+    # The exporter's series for the two transactions are gone from /metrics, its per-broker
+    # late and hanging counts are 0.
     samples_before, samples_after = _samples(before), _samples(after)
+    for name in ("kafka_partitions_with_late_transactions",
+                 "kafka_partitions_with_hanging_transactions"):
+        labels = frozenset({("cluster", "real"), ("broker", "1")})
+        assert samples_before[(name, labels)] >= 2, name
+        assert samples_after[(name, labels)] == 0, name
     for topic in (scene.late.topic, scene.fresh.topic):
         for name in (
             "kafka_late_transaction_age_seconds",
