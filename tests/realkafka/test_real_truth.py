@@ -316,11 +316,9 @@ def _broker_rule_late_partitions(observation: ClusterObservation) -> set[TopicPa
     }  # fmt: skip
 
 
-def _samples(snapshot: ClusterSnapshot, settings_name: str = "real") -> dict[
-    tuple[str, frozenset[tuple[str, str]]], float
-]:
+def _samples(snapshot: ClusterSnapshot) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """The snapshot as /metrics shows it, parsed back."""
-    store = SnapshotStore([ClusterSettings(name=settings_name, bootstrap_servers=("unused:1",))])
+    store = SnapshotStore([ClusterSettings(name=snapshot.cluster, bootstrap_servers=("x:1",))])
     store.publish(snapshot)
     registry = CollectorRegistry()
     registry.register(SnapshotCollector(store))
