@@ -428,15 +428,15 @@ class RealKafkaCluster:
     ) -> subprocess.CompletedProcess[str]:
         return self.install.run_tool(main_class, *args, timeout=timeout, workdir=self.workdir)
 
-    def jmx_values(self, object_name: str, node_id: int = 1) -> dict[str, float]:
-        """The `Value` attribute of every MBean matching `object_name` (a pattern may use *),
-        read once with Kafka's JmxTool: {object name: value}."""
+    def jmx_values(self, *object_names: str, node_id: int = 1) -> dict[str, float]:
+        """The `Value` attribute of every MBean matching any of `object_names` (patterns may
+        use *), read in one run of Kafka's JmxTool (a JVM start): {object name: value}."""
+        names = [arg for name in object_names for arg in ("--object-name", name)]
         result = self.tool(
             "org.apache.kafka.tools.JmxTool",
             "--jmx-url",
             self.jmx_url(node_id),
-            "--object-name",
-            object_name,
+            *names,
             "--attributes",
             "Value",
             "--one-time",

@@ -46,7 +46,6 @@ from kafka_sim.producer import (
     open_transaction,
 )
 from kafka_sim.realkafka import RealKafkaCluster
-from kafka_sim.realkafka import _parse_jmx_csv as parse_jmx_csv
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
@@ -153,14 +152,7 @@ def _jmx_gauges(
 ) -> tuple[int, dict[TopicPartition, int]]:
     """PartitionsWithLateTransactionsCount and every LastStableOffsetLag gauge of the scene's
     topics, read with one JmxTool run (each run is a JVM start on a loaded machine)."""
-    result = cluster.tool(
-        "org.apache.kafka.tools.JmxTool", "--jmx-url", cluster.jmx_url(),
-        "--object-name", LATE_GAUGE, "--object-name", LAG_GAUGES, "--attributes", "Value",
-        "--one-time", "true", "--report-format", "csv", "--date-format", "yyyy",
-        timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    values = parse_jmx_csv(result.stdout)
+    values = cluster.jmx_values(LATE_GAUGE, LAG_GAUGES)
     assert LATE_GAUGE in values, values
     lags: dict[TopicPartition, int] = {}
     for name, value in values.items():
