@@ -98,10 +98,11 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
 }
 """Every rule's tunables and their defaults (the chart's `prometheusRule.rules` mirrors this).
 
-`for` delays firing; `holdFor` keeps a late/hanging alert firing on the last values seen while
-no exporter replica polls the cluster (dead, unscraped, or cut off from Kafka), so losing the
-exporter cannot resolve a page; `threshold` is the number the rule compares against (for
-KafkaTxnExporterPollsStale: how many poll intervals without a successful poll);
+`for` delays firing; `holdFor` keeps a late/hanging/orphaned alert firing on the values of the
+cluster's last complete poll while no replica reports them (stopped, restarting, cut off from
+Kafka), so losing or restarting the exporter cannot resolve a page (`_held`); `threshold` is
+the number the rule compares against (for KafkaTxnExporterPollsStale: how many poll intervals
+without a successful poll);
 `window` is how long the exporter's series must be missing before the absence alert."""
 
 EXPORTER_SELECTOR = 'job="kafka-txn-exporter"'
