@@ -98,10 +98,11 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
 }
 """Every rule's tunables and their defaults (the chart's `prometheusRule.rules` mirrors this).
 
-`for` delays firing; `holdFor` keeps a late/hanging alert firing on the last values seen while
-no exporter replica polls the cluster (dead, unscraped, or cut off from Kafka), so losing the
-exporter cannot resolve a page; `threshold` is the number the rule compares against (for
-KafkaTxnExporterPollsStale: how many poll intervals without a successful poll);
+`for` delays firing; `holdFor` keeps a late/hanging/orphaned alert firing on the values of the
+cluster's last complete poll while no replica reports them (stopped, restarting, cut off from
+Kafka), so losing or restarting the exporter cannot resolve a page (`_held`); `threshold` is
+the number the rule compares against (for KafkaTxnExporterPollsStale: how many poll intervals
+without a successful poll);
 `window` is how long the exporter's series must be missing before the absence alert."""
 
 EXPORTER_SELECTOR = 'job="kafka-txn-exporter"'
@@ -176,24 +177,54 @@ BLOCKED_GROUPS_NOTE = (
 separate series: absent when unknown, so the text says unknown rather than 0)."""
 
 HOLD_NOTE = (
-    " If the exporter stops answering or no replica can poll the cluster, this alert keeps "
-    "firing on the last values seen for up to {hold} instead of resolving; "
-    "KafkaTxnExporterAbsent or KafkaTxnExporterDown says why."
+    " If the exporter stops or restarts, or no replica can poll the cluster, this alert keeps "
+    "firing on the last values seen for up to {hold} instead of resolving (only what the last "
+    "poll still reported is held: a transaction that ended while the exporter polled never "
+    "pages again); KafkaTxnExporterAbsent or KafkaTxnExporterDown says why."
 )
 
+HOLD_RESOLUTION = "1s"
+"""Step of the hold's timestamp subqueries. It must not exceed the scrape interval: a series'
+last sample is visible to `timestamp()` only until the staleness marker one scrape later."""
 
-def _held(alert: str, shape: str, series: str) -> str:
-    """`shape` over the live `series`, or -- while no replica polls the cluster -- over the
-    last values seen within the hold period.
+VERDICTS_UP = "kafka_txn_exporter_up"
+"""1 in a scrape whose poll succeeded: it reports every late and hanging transaction."""
+VERDICTS_ORPHANED = "kafka_txn_exporter_orphan_detection_warm"
+"""1 in a scrape whose poll's orphaned verdicts are complete (the third poll after a start)."""
 
-    An alert must not resolve because the exporter died or lost Kafka (the series vanish
-    then); it must resolve as soon as a working exporter reports the problem gone (after an
-    abort). keep_firing_for cannot tell the two apart: it would hold real resolutions too.
-    """
+
+def _held(alert: str, shape: str, series: str, own_labels: tuple[str, ...], verdicts: str) -> str:
+    """`shape` over the live `series`, or over the series that the cluster's last complete
+    verdict still reported, on their last values within the hold period.
+
+    A page must not resolve because the exporter died, restarted or lost Kafka (its series
+    vanish then), and must resolve as soon as an exporter reports the problem gone (after an
+    abort) -- and stay resolved when that exporter stops later. keep_firing_for cannot tell
+    these apart, nor can "hold unless up == 1": that holds every series of the last 15 minutes,
+    and ends the hold for orphans before their two-poll verdict is back.
+
+    So: hold a series only when its last sample is as recent as the last scrape, by any replica,
+    whose `verdicts` gauge was 1 (a complete verdict). Samples of one scrape share its
+    timestamp; a series that ended is missing from every later complete verdict, so its last
+    sample is older. Scrapes without a verdict (exporter down, starting, not yet warm, cut off
+    from Kafka) move nothing. `own_labels` are the series' labels the verdict gauge lacks."""
+    hold = _placeholder(alert, "holdFor")
+    window = f"[{hold}:{HOLD_RESOLUTION}]"
     live = shape.format(series=series)
-    last_seen = shape.format(series=f"last_over_time({series}[{_placeholder(alert, 'holdFor')}])")
-    polling = f"max without ({REPLICAS}) (kafka_txn_exporter_up) == 1"
-    return f"{live} or ({last_seen} unless on (cluster) ({polling}))"
+    last_verdict = (
+        f"max without ({REPLICAS}) (max_over_time((timestamp({verdicts}) and {verdicts} == 1)"
+        f"{window}))"
+    )
+    in_last_verdict = (
+        f"max_over_time(timestamp({series}){window}) >= ignoring ({REPLICAS}, "
+        f"{', '.join(own_labels)}) group_left () {last_verdict}"
+    )
+    last_seen = shape.format(series=f"(last_over_time({series}[{hold}]) and ({in_last_verdict}))")
+    return f"{live} or {last_seen}"
+
+
+_TRANSACTION_LABELS = ("topic", "partition", "producer_id", "producer_epoch",
+                       "coordinator_epoch", "start_offset", "transactional_id")
 
 
 def rules_template() -> dict[str, Any]:
@@ -213,6 +244,8 @@ def rules_template() -> dict[str, Any]:
                 f"max without ({REPLICAS}) "
                 "(sum without (broker) ({series})) > " + _placeholder(late, "threshold"),
                 "kafka_partitions_with_late_transactions",
+                ("broker",),
+                VERDICTS_UP,
             ),
             "{{ $value }} partition(s) of Kafka cluster {{ $labels.cluster }} have a late "
             "transaction",
@@ -231,6 +264,8 @@ def rules_template() -> dict[str, Any]:
                 hanging,
                 f"max without ({REPLICAS}, classification) ({{series}})",
                 'kafka_late_transaction_age_seconds{classification="hanging"}',
+                (*_TRANSACTION_LABELS, "classification"),
+                VERDICTS_UP,
             ),
             "Hanging transaction on {{ $labels.topic }}-{{ $labels.partition }} in Kafka cluster "
             "{{ $labels.cluster }}",
@@ -254,6 +289,8 @@ def rules_template() -> dict[str, Any]:
                 orphaned,
                 f"max without ({REPLICAS}) ({{series}})",
                 "kafka_orphaned_transaction_age_seconds",
+                _TRANSACTION_LABELS,
+                VERDICTS_ORPHANED,
             ),
             "Orphaned transaction on {{ $labels.topic }}-{{ $labels.partition }} in Kafka "
             "cluster {{ $labels.cluster }}",

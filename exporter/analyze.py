@@ -400,6 +400,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
             if topic in obs.compacted_topics
         },
         blocked_groups_unknown_by_reason=dict(sorted(blocked_unknown_by_reason.items())),
+        orphan_detection_warm=obs.orphan_detection_warm and up,
     )
 
 

@@ -11,14 +11,23 @@ so `kafka_partitions_with_late_transactions` turns 1 about 95 s after start. The
 transaction's topic gets committed transactions too, read by the consumer group
 `DEMO_CONSUMER_GROUP` (read_committed, `assign()` + commit): on the hanging partition its
 committed offset stops at the last stable offset while the high watermark moves on.
+
+The demo writes its cluster as a config file (`demo.yaml` in a temporary directory, removed on
+exit, with an `admin` entry for the PLAINTEXT simulator): the status page's abort command
+points at it with `--config`, so the command runs as printed.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
+
+import yaml
 
 from exporter.config import parse_listen_address, parse_port
 from exporter.errors import ConfigError
@@ -51,13 +60,41 @@ def demo_cluster_settings(bootstrap_servers: str) -> ClusterSettings:
     )
 
 
-def _banner(url_base: str, out: TextIO) -> None:
+def demo_config(cluster: ClusterSettings) -> dict[str, Any]:
+    """The demo's cluster as a config file's content, with the `admin` entry that `abort`
+    needs (the simulator has no authentication: the admin principal is anonymous)."""
+    entry: dict[str, Any] = {
+        "name": cluster.name,
+        "bootstrap_servers": list(cluster.bootstrap_servers),
+        "client_id": cluster.client_id,
+        "poll_interval_seconds": cluster.poll_interval_seconds,
+        "request_timeout_seconds": cluster.request_timeout_seconds,
+        "late_buffer_seconds": cluster.late_buffer_seconds,
+        "min_reported_duration_seconds": cluster.min_reported_duration_seconds,
+        "config_refresh_seconds": cluster.config_refresh_seconds,
+        "labels": dict(cluster.labels),
+    }
+    return {"clusters": [entry], "admin": {"clusters": [{"name": cluster.name}]}}
+
+
+def write_demo_config(directory: str, cluster: ClusterSettings) -> str:
+    """Write `demo_config` to `directory`/demo.yaml; returns its absolute path."""
+    path = os.path.abspath(os.path.join(directory, "demo.yaml"))
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("# Written by `kafka-txn-exporter demo` for the status page's abort "
+                     "command; removed when the demo stops.\n")
+        yaml.safe_dump(demo_config(cluster), handle, sort_keys=False)
+    return path
+
+
+def _banner(url_base: str, config_file: str, out: TextIO) -> None:
     out.write(
         f"""
 kafka-txn-exporter demo is running.
   status:    {url_base}/
   metrics:   {url_base}/metrics
   readiness: {url_base}/readyz
+  config:    {config_file} (the status page's abort command uses it)
 Watch the interesting series (a hanging transaction starts after ~{HANGING_AFTER_SECONDS:.0f}s and
 becomes late after ~{DEMO_TRANSACTION_MAX_TIMEOUT_MS // 1000 + DEMO_LATE_BUFFER_SECONDS:.0f}s more):
   curl -s {url_base}/metrics | grep -E '^kafka_(partitions_with_|late_transaction|cluster_max)'
@@ -108,9 +145,12 @@ def run_demo(
     workload: Workload | None = None
     payments: Workload | None = None
     timers: list[threading.Timer] = []
+    config_dir = tempfile.mkdtemp(prefix="kafka-txn-exporter-demo-")
     try:
         bootstrap = sim.bootstrap_servers
-        log.info("demo_cluster_started", bootstrap_servers=bootstrap)
+        cluster = demo_cluster_settings(bootstrap)
+        config_file = write_demo_config(config_dir, cluster)
+        log.info("demo_cluster_started", bootstrap_servers=bootstrap, config_file=config_file)
         workload = Workload(
             bootstrap,
             WORKLOAD_TOPIC,
@@ -155,7 +195,7 @@ def run_demo(
             timer.start()
 
         settings = ExporterSettings(
-            clusters=(demo_cluster_settings(bootstrap),),
+            clusters=(cluster,),
             web=WebSettings(listen_address=listen_address, port=web_port),
             log_format=log_format,
             log_level=log_level,
@@ -165,11 +205,11 @@ def run_demo(
             host = server.address
             host = "127.0.0.1" if host in ("0.0.0.0", "") else host
             host = f"[{host}]" if ":" in host else host
-            _banner(f"http://{host}:{server.port}", out)
+            _banner(f"http://{host}:{server.port}", config_file, out)
             if on_started is not None:
                 on_started(server)
 
-        return serve(settings, stop=stop, on_started=started)
+        return serve(settings, stop=stop, on_started=started, config_file=config_file)
     finally:
         for timer in timers:
             timer.cancel()
@@ -177,3 +217,4 @@ def run_demo(
             if running is not None:
                 running.stop(timeout_s=5.0)
         sim.close()
+        shutil.rmtree(config_dir, ignore_errors=True)

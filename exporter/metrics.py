@@ -147,6 +147,13 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cluster",),
     ),
     MetricSpec(
+        "kafka_txn_exporter_orphan_detection_warm", "gauge",
+        "1 when the last poll's orphaned verdicts are complete (coordinators were asked on "
+        "enough consecutive polls that an orphaned transaction is reported), 0 while they are "
+        "not yet (after a start or a failed poll) or the last poll failed.",
+        ("cluster",),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_broker_up", "gauge",
         "1 when the broker answered in the last poll, else 0.",
         _BROKER,

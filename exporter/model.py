@@ -252,6 +252,11 @@ class ClusterObservation:
     """ListOffsets READ_COMMITTED latest, for the same partitions."""
     consumer_groups: ConsumerGroupOffsets | None = None
     """None when no group was looked up (no partition with a late or orphaned transaction)."""
+    orphan_detection_warm: bool = False
+    """True when this poll's orphaned verdicts are complete: the poller asked coordinators on
+    enough consecutive polls (`rules.ORPHANED_AFTER_POLLS`) that a transaction untracked all
+    along is reported orphaned now. False after a start and after a failed poll: an orphaned
+    transaction missing from this poll may still be open (the alert rules hold it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,3 +372,5 @@ class ClusterSnapshot:
     blocked_groups_unknown_by_reason: Mapping[str, int] = field(default_factory=dict)
     """Late or orphaned transactions whose blocked groups are unknown, per reason (only
     reasons with a count)."""
+    orphan_detection_warm: bool = False
+    """`ClusterObservation.orphan_detection_warm` of the poll."""

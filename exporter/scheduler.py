@@ -99,27 +99,53 @@ def make_cluster_job(
     )
 
 
+def _known_sum(values: Sequence[int | None]) -> int | None:
+    """The sum of the known per-broker counts (the sum of their series); None when none is
+    known (all absent, never 0)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def summarize(
     snapshot: ClusterSnapshot, observation: ClusterObservation | None = None
 ) -> dict[str, Any]:
-    """Counts for the one summary log event per poll."""
+    """Counts for the one summary log event per poll: every count the metrics carry, so that
+    the log alone tells what /metrics showed (absent metric -> None here, never 0)."""
     hanging = sum(1 for t in snapshot.late_transactions
                   if t.classification is Classification.HANGING)
-    known_open = [b.partitions_with_open_transactions for b in snapshot.brokers
-                  if b.partitions_with_open_transactions is not None]
+    brokers = snapshot.brokers
+    blocked = {
+        (g.group_id, g.topic, g.partition)
+        for groups in (*(t.blocked_groups for t in snapshot.late_transactions),
+                       *(o.blocked_groups for o in snapshot.orphaned_transactions))
+        for g in groups
+    }
+    # Per-broker counts are exposed only for brokers that answered (exporter.expose.collector).
+    counted = [b for b in snapshot.brokers if b.up and b.observable]
     summary: dict[str, Any] = {
         "cluster": snapshot.cluster,
         "up": snapshot.up,
-        "brokers": len(snapshot.brokers),
-        "brokers_up": sum(1 for b in snapshot.brokers if b.up),
+        "brokers": len(brokers),
+        "brokers_up": sum(1 for b in brokers if b.up),
         "late_transactions": len(snapshot.late_transactions),
         "hanging_transactions": hanging,
-        "partitions_with_open_transactions": sum(known_open) if known_open else None,
+        "orphaned_transactions": len(snapshot.orphaned_transactions),
+        "partitions_with_open_transactions": _known_sum(
+            [b.partitions_with_open_transactions for b in counted]),
+        "partitions_with_late_transactions": _known_sum(
+            [b.partitions_with_late_transactions for b in counted]),
+        "partitions_with_hanging_transactions": _known_sum(
+            [b.partitions_with_hanging_transactions for b in counted]),
+        "partitions_with_orphaned_transactions": _known_sum(
+            [b.partitions_with_orphaned_transactions for b in counted]),
+        "blocked_consumer_groups": len(blocked),
+        "blocked_consumer_groups_unknown": dict(snapshot.blocked_groups_unknown_by_reason),
         "max_active_transaction_duration_seconds": (
             None if (oldest := snapshot.cluster_max_active_transaction_duration_seconds) is None
             else round(oldest, 3)
         ),
         "unobserved_partitions": snapshot.unobserved_partitions,
+        "unobserved_partitions_by_reason": dict(snapshot.unobserved_by_reason),
         "request_errors": len(snapshot.request_errors),
     }
     if observation is not None:

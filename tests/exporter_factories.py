@@ -140,6 +140,7 @@ def snapshot(
     finalized_transaction_version: int | None = None,
     compacted_topics: Mapping[str, bool] | None = None,
     blocked_groups_unknown_by_reason: Mapping[str, int] | None = None,
+    orphan_detection_warm: bool = True,
 ) -> ClusterSnapshot:
     durations = dict(durations or {})
     return ClusterSnapshot(
@@ -161,6 +162,7 @@ def snapshot(
         finalized_transaction_version=finalized_transaction_version,
         compacted_topics=dict(compacted_topics or {}),
         blocked_groups_unknown_by_reason=dict(blocked_groups_unknown_by_reason or {}),
+        orphan_detection_warm=orphan_detection_warm and up,
     )
 
 

@@ -38,6 +38,7 @@ from exporter.expose.status import (
     RUNBOOK_URL,
     abort_command_line,
     render_status_page,
+    running_abort_command,
 )
 from exporter.model import Classification, PartitionVerification, RequestError, TopicPartition
 from exporter.settings import ClusterSettings
@@ -251,6 +252,7 @@ def _example_page() -> bytes:
         {"prod-eu": prod, "staging": snapshot("staging", brokers=[broker(1)]), "dr": None},
         errors={"dr": "cluster not reachable"},
         config_file=CONFIG_FILE,
+        abort_command=("kafka-txn-exporter", "abort"),
         now_ms=NOW_MS + 4000,
     )
 
@@ -380,9 +382,13 @@ def test_exposure_section_shows_each_flag_and_unknown_as_unknown() -> None:
 
 def test_abort_command_line_without_config_file() -> None:
     txn = late(open_txn("t-1", 0, start_offset=7))
-    assert abort_command_line("c", txn) == (
+    assert abort_command_line("c", txn, abort_command=("kafka-txn-exporter", "abort")) == (
         "kafka-txn-exporter abort --cluster c --topic t-1 --partition 0 --start-offset 7"
     )
+    # By default the command names this installation's executable by its path (issue 27).
+    default = shlex.split(abort_command_line("c", txn))
+    assert default[:len(running_abort_command())] == list(running_abort_command())
+    assert Path(default[0]).is_absolute() and os.access(default[0], os.X_OK)
 
 
 @pytest.fixture
@@ -418,9 +424,10 @@ def test_the_command_copied_from_the_page_aborts_the_transaction(
 
     (command,) = Dom(dump_dom(page, tmp_path)).texts("code", "cmd")
     argv = shlex.split(command)
-    assert argv[:2] == ["kafka-txn-exporter", "abort"]
+    prefix = len(running_abort_command())
+    assert argv[:prefix] == list(running_abort_command())
     out, err = io.StringIO(), io.StringIO()
-    code = run_abort([*argv[2:], "--yes"], clock_ms=sim.clock.now_ms, stdout=out, stderr=err,
+    code = run_abort([*argv[prefix:], "--yes"], clock_ms=sim.clock.now_ms, stdout=out, stderr=err,
                      env={})
 
     assert code == EXIT_ABORTED, err.getvalue()

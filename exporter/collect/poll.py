@@ -37,7 +37,12 @@ from exporter.model import (
     TopicPartition,
     TxnKey,
 )
-from exporter.rules import effective_max_timeout_ms, is_late, late_buffer_ms
+from exporter.rules import (
+    ORPHANED_AFTER_POLLS,
+    effective_max_timeout_ms,
+    is_late,
+    late_buffer_ms,
+)
 from exporter.settings import ClusterSettings
 
 __all__ = ["ClusterPoller", "wall_clock_ms"]
@@ -68,6 +73,10 @@ class ClusterPoller:
         self._seen_open: set[TxnKey] = set()
         """Open transactions of the previous poll: asked about if still open (#orphaned)."""
         self._untracked_polls: dict[TxnKey, int] = {}
+        self._polled_before = False
+        self._answered_polls = 0
+        """Consecutive polls whose coordinator answers extended `_untracked_polls`: once they
+        reach ORPHANED_AFTER_POLLS, an orphan untracked all along is reported (warm)."""
         self._closed = False
 
     def poll(self) -> ClusterObservation:
@@ -109,6 +118,7 @@ class ClusterPoller:
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
             self._untracked_polls = {}  # no answer this poll: "consecutive" starts again
+            self._answered_polls = 0
             return ClusterObservation(
                 cluster=self.settings.name,
                 observed_at_ms=state.now_ms,
@@ -156,6 +166,9 @@ class ClusterPoller:
         untracked_polls, untracked_unknown = next_untracked_polls(self._untracked_polls, answers)
         self._untracked_polls = untracked_polls
         self._seen_open = {txn.key for txn in open_txns}
+        # The first poll after start asks about nothing (nothing was seen open before it).
+        self._answered_polls = self._answered_polls + 1 if self._polled_before else 0
+        self._polled_before = True
         # Only behind late or orphaned transactions: blocked groups, compacted topics.
         affected = [*filter(late, open_txns), *orphaned_transactions(open_txns, untracked_polls)]
         to_look_at, not_comparable = _blocked_group_candidates(affected, offsets)
@@ -185,6 +198,7 @@ class ClusterPoller:
             high_watermarks=offsets.high_watermarks,
             last_stable_offsets=offsets.last_stable_offsets,
             consumer_groups=group_offsets,
+            orphan_detection_warm=self._answered_polls >= ORPHANED_AFTER_POLLS,
         )
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:

@@ -163,6 +163,8 @@ def _collect_cluster(state: ClusterState, fam: _Families) -> None:
 
 def _collect_exporter_own(state: ClusterState, fam: _Families) -> None:
     fam.add("kafka_txn_exporter_up", state, 1.0 if state.up else 0.0)
+    warm = state.up and state.snapshot is not None and state.snapshot.orphan_detection_warm
+    fam.add("kafka_txn_exporter_orphan_detection_warm", state, 1.0 if warm else 0.0)
     if state.poll_interval_seconds is not None:
         fam.add("kafka_txn_exporter_poll_interval_seconds", state, state.poll_interval_seconds)
     hist = fam.families["kafka_txn_exporter_poll_duration_seconds"]

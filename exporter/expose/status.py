@@ -13,9 +13,12 @@ Pure: no I/O, so it renders from any thread that can read the `SnapshotStore`.
 from __future__ import annotations
 
 import html
+import os
 import shlex
+import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from exporter.model import (
     Classification,
@@ -26,7 +29,18 @@ from exporter.model import (
     TopicPartition,
 )
 
-DEFAULT_ABORT_COMMAND: tuple[str, ...] = ("kafka-txn-exporter", "abort")
+
+def running_abort_command() -> tuple[str, ...]:
+    """This installation's `abort` command, by a path that works from any shell: the
+    `kafka-txn-exporter` script beside the running interpreter (a virtualenv's bin/, the
+    image's /opt/venv/bin), else the interpreter running the package (`python -m exporter`).
+    A bare `kafka-txn-exporter` fails wherever that bin/ is not on the operator's PATH."""
+    script = Path(sys.executable).with_name("kafka-txn-exporter")
+    if script.is_file() and os.access(script, os.X_OK):
+        return (str(script), "abort")
+    return (sys.executable, "-m", "exporter", "abort")
+
+
 REFRESH_SECONDS = 30
 """The page reloads itself this often: a poll interval's worth by default."""
 RUNBOOK_URL = "https://github.com/kafka-txn-exporter/kafka-txn-exporter/blob/main/docs/runbook.md"
@@ -95,7 +109,7 @@ def render_status_page(
     *,
     errors: Mapping[str, str | None] | None = None,
     config_file: str | None = None,
-    abort_command: Sequence[str] = DEFAULT_ABORT_COMMAND,
+    abort_command: Sequence[str] | None = None,
     now_ms: int | None = None,
     refresh_seconds: int = REFRESH_SECONDS,
     runbook_url: str = RUNBOOK_URL,
@@ -105,9 +119,11 @@ def render_status_page(
 
     `snapshots`: cluster name -> its current snapshot (None before the first successful poll
     or after a failed one); `errors`: cluster name -> the store's last error; `config_file`
-    goes into the abort command lines as `--config` (omitted when unknown); the page reloads
-    every `refresh_seconds` (0: never).
+    goes into the abort command lines as `--config` (omitted when unknown), after
+    `abort_command` (default: `running_abort_command()`); the page reloads every
+    `refresh_seconds` (0: never).
     """
+    abort_command = running_abort_command() if abort_command is None else abort_command
     now = int(time.time() * 1000) if now_ms is None else now_ms
     errors = errors or {}
     parts = [
@@ -151,11 +167,11 @@ def abort_command_line(
     snapshot_cluster: str,
     late: LateTransaction,
     config_file: str | None = None,
-    abort_command: Sequence[str] = DEFAULT_ABORT_COMMAND,
+    abort_command: Sequence[str] | None = None,
 ) -> str:
     """The shell command that aborts this transaction (dry run until `--yes` is added)."""
     txn = late.transaction
-    argv = [*abort_command]
+    argv = [*(running_abort_command() if abort_command is None else abort_command)]
     if config_file is not None:
         argv += ["--config", config_file]
     argv += [

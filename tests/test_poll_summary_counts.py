@@ -1,0 +1,103 @@
+"""The `poll_completed` log line carries every count the metrics do (issue 27 item 4): each
+count in the summary equals what the collector exposes for the same snapshot (a count of
+series, or the sum of a per-broker family), and a count the metrics leave absent is None."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from exporter_factories import broker, late, observation, open_txn, orphaned, snapshot
+from prometheus_client.registry import CollectorRegistry
+
+from exporter.expose.collector import SnapshotCollector
+from exporter.logs import configure_logging
+from exporter.model import Classification, ClusterSnapshot
+from exporter.scheduler import ClusterJob, PollScheduler, summarize
+from exporter.settings import ClusterSettings
+from exporter.snapshots import SnapshotStore
+
+
+def _incident() -> ClusterSnapshot:
+    hanging = open_txn("orders", 3, leader_id=1, producer_id=7, start_offset=42, age_ms=400_000)
+    tracked = open_txn("payments", 0, leader_id=2, producer_id=8, start_offset=17,
+                       age_ms=250_000)
+    early = open_txn("orders", 5, leader_id=1, producer_id=9, start_offset=3, age_ms=95_000)
+    return snapshot(
+        "c1",
+        brokers=[broker(1, open_=2, late_=1, hanging=1, orphaned_=2),
+                 broker(2, open_=1, late_=1, orphaned_=None),  # orphan answer unknown
+                 broker(3, up=False)],
+        late_transactions=[late(hanging, Classification.HANGING, "",
+                                blocked=[("billing", 360.0), ("audit", 30.0)]),
+                           late(tracked, Classification.COORDINATOR_TRACKED, "pay-1",
+                                blocked_unknown="unauthorized")],
+        orphaned_transactions=[orphaned(hanging, late=True,
+                                        blocked=[("billing", 360.0), ("audit", 30.0)]),
+                               orphaned(early, "etl-7", blocked=[("etl-readers", 12.0)])],
+        blocked_groups_unknown_by_reason={"unauthorized": 1},
+        unobserved=4,
+        unobserved_by_reason={"broker_down": 3, "unauthorized": 1},
+    )
+
+
+def _exposed(snap: ClusterSnapshot) -> dict[str, list[tuple[dict[str, str], float]]]:
+    store = SnapshotStore([ClusterSettings(name=snap.cluster, bootstrap_servers=("h:1",))])
+    store.publish(snap, now_seconds=1_800_000_000.0)
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(store, build_info={}))
+    return {family.name: [(s.labels, s.value) for s in family.samples]
+            for family in registry.collect()}
+
+
+def _sum(samples: list[tuple[dict[str, str], float]]) -> int | None:
+    return int(sum(v for _, v in samples)) if samples else None
+
+
+def test_every_count_of_the_metrics_is_in_the_summary() -> None:
+    snap = _incident()
+    summary = summarize(snap)
+    metrics = _exposed(snap)
+    assert summary["orphaned_transactions"] == len(
+        metrics["kafka_orphaned_transaction_age_seconds"]) == 2
+    assert summary["late_transactions"] == len(metrics["kafka_late_transaction_age_seconds"])
+    assert summary["hanging_transactions"] == len(
+        [s for s, _ in metrics["kafka_late_transaction_age_seconds"]
+         if s["classification"] == "hanging"])
+    for kind in ("open", "late", "hanging", "orphaned"):
+        name = f"partitions_with_{kind}_transactions"
+        assert summary[name] == _sum(metrics[f"kafka_{name}"]), name
+    assert summary["partitions_with_orphaned_transactions"] == 2  # broker 2's is unknown
+    assert summary["blocked_consumer_groups"] == len(
+        metrics["kafka_consumer_group_blocked_seconds"]) == 3
+    unknown = metrics["kafka_txn_exporter_blocked_consumer_groups_unknown"]
+    assert summary["blocked_consumer_groups_unknown"] == {
+        s["reason"]: int(v) for s, v in unknown} == {"unauthorized": 1}
+    assert summary["unobserved_partitions_by_reason"] == {
+        s["reason"]: int(v)
+        for s, v in metrics["kafka_txn_exporter_unobserved_partitions_by_reason"]
+    }
+    assert summary["brokers_up"] == int(_sum(metrics["kafka_txn_exporter_broker_up"]) or 0)
+
+
+def test_a_count_the_metrics_leave_absent_is_none_in_the_summary() -> None:
+    snap = snapshot("c1", brokers=[broker(1, orphaned_=None)])
+    summary = summarize(snap)
+    assert "kafka_partitions_with_orphaned_transactions" not in {
+        name for name, samples in _exposed(snap).items() if samples}
+    assert summary["partitions_with_orphaned_transactions"] is None
+    assert summary["orphaned_transactions"] == 0 and summary["blocked_consumer_groups"] == 0
+
+
+def test_the_logged_line_carries_the_orphaned_and_blocked_group_counts() -> None:
+    stream = io.StringIO()
+    configure_logging("json", "info", stream=stream)
+    settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",), poll_interval_seconds=3600)
+    job = ClusterJob(settings, poll=lambda: observation("c1"), analyze=lambda obs: _incident())
+    PollScheduler([job], SnapshotStore([settings])).run_once(job)
+    (line,) = [json.loads(raw) for raw in stream.getvalue().splitlines()
+               if '"poll_completed"' in raw]
+    assert line["orphaned_transactions"] == 2
+    assert line["partitions_with_orphaned_transactions"] == 2
+    assert line["blocked_consumer_groups"] == 3
+    assert line["blocked_consumer_groups_unknown"] == {"unauthorized": 1}
