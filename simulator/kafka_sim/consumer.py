@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-
 from typing import Any
 
 from kafka import KafkaConsumer

@@ -780,6 +780,7 @@ TUNED_RULES: dict[str, Any] = {
 }
 
 
+@pytest.mark.system_tools  # promtool
 def test_every_rule_setting_reaches_the_rendered_rules(chart: helm.Chart, tmp_path: Path) -> None:
     docs = objects(render(chart, {"prometheusRule": TUNED_RULES}))
     validate_all(docs)
