@@ -237,7 +237,7 @@ def test_readme_defaults_are_the_codes_and_the_example_shows_them(tmp_path: Path
     compared = []
     # The example's values are illustrations for these; every other key shows its default.
     illustrative = {"name", "bootstrap_servers", "labels", "transaction_max_timeout_ms",
-                    "tls.ca_file", "tls.check_hostname", "directory"}
+                    "tls.ca_file", "directory"}
     for section, default_obj, example_obj in (
         ("clusters[]", defaults.clusters[0], example.clusters[0]),
         ("web", defaults.web, example.web),
