@@ -27,6 +27,7 @@ import yaml
 from security.pki import issue
 from test_chart import (
     CHART_DIR,
+    KUBE_VERSIONS,
     NAMESPACE,
     RELEASE,
     by_kind,
@@ -245,3 +246,15 @@ def test_history_is_off_by_default_and_the_schema_checks_it(chart: helm.Chart) -
                 {"storage": {"type": "hostPath"}}, {"directory": "/x"}):
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(copy.deepcopy({"config": {"history": bad}}))
+
+
+@pytest.mark.parametrize("values", [
+    _mtls_values(9981),
+    {"config": {"history": {"enabled": True, "storage": {"type": "persistentVolumeClaim"}}}},
+], ids=["mutual-tls-exec-probes", "history-pvc"])
+def test_the_new_value_sets_lint_strictly(values: dict[str, Any]) -> None:
+    for kube_version in KUBE_VERSIONS:
+        report = helm.lint(CHART_DIR, copy.deepcopy(values), strict=True, namespace=NAMESPACE,
+                           kube_version="v" + kube_version)
+        assert report["errors"] == []
+        assert [m for m in report["messages"] if m["severity"] >= 2] == []
