@@ -32,10 +32,14 @@ COPY exporter ./exporter
 ARG REVISION=unknown
 RUN python -c 'import sys; open("exporter/_revision.py", "w").write(f"REVISION = {sys.argv[1]!r}\n")' "$REVISION"
 
+# Optional extras of the distribution, e.g. EXTRAS=history (pyarrow, for the Helm chart's
+# config.history); none by default.
+ARG EXTRAS=""
+
 # `pip install .` pre-compiles the installed modules to .pyc, so the runtime
 # never needs to write bytecode (read-only root filesystem).
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir /src \
+    && /opt/venv/bin/pip install --no-cache-dir "/src${EXTRAS:+[$EXTRAS]}" \
     && /opt/venv/bin/kafka-txn-exporter --version
 
 

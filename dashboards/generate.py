@@ -37,6 +37,7 @@ from grafana_foundation_sdk.builders import stat as stat_b
 from grafana_foundation_sdk.builders import statetimeline as statetimeline_b
 from grafana_foundation_sdk.builders import table as table_b
 from grafana_foundation_sdk.builders import timeseries as timeseries_b
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as common_m
 from grafana_foundation_sdk.models import dashboard as dash_m
@@ -630,23 +631,51 @@ def _seconds_table(
     )
 
 
+INTERVAL_ONLY_VARIABLE_FIELDS = ("auto", "auto_count", "auto_min")
+"""Fields the SDK's VariableModel always fills in but @grafana/schema's dashboard VariableModel
+has no place for: they belong to interval variables only (v2's IntervalVariableSpec)."""
+
+
+def _schema_variable(variable: Builder[dash_m.VariableModel]) -> Builder[dash_m.VariableModel]:
+    """A variable builder whose JSON carries only what @grafana/schema allows for its kind."""
+    model = variable.build()
+    if model.type_val != "interval":
+        for name in INTERVAL_ONLY_VARIABLE_FIELDS:
+            setattr(model, name, None)
+    return _Built(model)
+
+
+class _Built(Builder[dash_m.VariableModel]):
+    """A variable already built, for `with_variable` (which calls `.build()` on it)."""
+
+    def __init__(self, model: dash_m.VariableModel) -> None:
+        self._model = model
+
+    def build(self) -> dash_m.VariableModel:
+        return self._model
+
+
 def _variables(board: dash_b.Dashboard) -> dash_b.Dashboard:
     return board.with_variable(
-        dash_b.DatasourceVariable("datasource")
-        .label("Data source")
-        .description("The Prometheus that scrapes kafka-txn-exporter.")
-        .type("prometheus")
+        _schema_variable(
+            dash_b.DatasourceVariable("datasource")
+            .label("Data source")
+            .description("The Prometheus that scrapes kafka-txn-exporter.")
+            .type("prometheus")
+        )
     ).with_variable(
-        dash_b.QueryVariable("cluster")
-        .label("Kafka cluster")
-        .description("Kafka clusters (the exporter's `cluster` label) to show.")
-        .datasource(DATASOURCE)
-        .query("label_values(kafka_txn_exporter_up, cluster)")
-        .refresh(dash_m.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(dash_m.VariableSort.ALPHABETICAL_ASC)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*")
+        _schema_variable(
+            dash_b.QueryVariable("cluster")
+            .label("Kafka cluster")
+            .description("Kafka clusters (the exporter's `cluster` label) to show.")
+            .datasource(DATASOURCE)
+            .query("label_values(kafka_txn_exporter_up, cluster)")
+            .refresh(dash_m.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dash_m.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
     )
 
 

@@ -1,4 +1,4 @@
-"""Command line: `serve`, `scan`, `demo`, `sim`, `abort`, `spark`, `--version`.
+"""Command line: `serve`, `scan`, `demo`, `sim`, `abort`, `probe`, `spark`, `--version`.
 
 A thin shell: parse flags, load settings (exit 2 with the field named on a bad config),
 configure logging, then hand over to the application (exporter.app), the scanner, the demo or
@@ -169,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     sub.add_parser(
+        "probe",
+        help="GET the exporter's /healthz or /readyz with a client certificate (an exec probe "
+             "for a web port with mutual TLS; try `probe --help`)",
+        add_help=False,
+    )
+    sub.add_parser(
         "spark",
         help="fleet scans and transaction history on Spark (needs .[spark]; try `spark --help`)",
         add_help=False,
@@ -231,6 +237,11 @@ def _run(argv: Sequence[str] | None) -> int:
         from exporter.abort import run_abort
 
         return run_abort(rest)
+    if command == "probe":
+        # Imported only here: an exec probe starts a process every few seconds.
+        from exporter.probe import run_probe
+
+        return run_probe(rest)
     if command == "spark":
         # Imported only here: pyspark is an optional extra.
         from exporter.spark.cli import run_spark

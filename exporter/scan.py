@@ -24,10 +24,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from exporter.model import (
     Classification,
+    ClusterObservation,
     ClusterSnapshot,
     LateTransaction,
     OrphanedTransaction,
@@ -35,6 +36,9 @@ from exporter.model import (
 )
 from exporter.rules import ORPHANED_AFTER_POLLS
 from exporter.settings import ClusterSettings
+
+if TYPE_CHECKING:
+    from exporter.collect.poll import ClusterPoller
 
 EXIT_OK = 0
 EXIT_HANGING = 1
@@ -84,37 +88,49 @@ def scan_cluster(
     orphan_check_seconds: float = 0.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ClusterSnapshot:
-    """Poll + analyze one cluster; with `orphan_check_seconds` > 0, poll again at once when the
-    first poll saw open transactions, and once more that much later while one was found not
-    tracked (the wait separates the two "not tracked" answers that make it orphaned)."""
-    from exporter.analyze import analyze
+    """Poll + analyze one cluster with the orphan check of `poll_with_orphan_check`."""
     from exporter.collect.poll import ClusterPoller
 
     poller = ClusterPoller(settings)
     try:
-        obs = poller.poll()
-        snapshot = analyze(obs, settings)
-        for extra in range(ORPHANED_AFTER_POLLS if orphan_check_seconds > 0 else 0):
-            # A late transaction already has find-hanging's verdict; only younger ones need the
-            # orphan check. The first extra poll asks about what the first saw open; a later
-            # one is needed only while one was found not tracked fewer times than it takes.
-            late = {t.transaction.key for t in snapshot.late_transactions}
-            if extra == 0:
-                pending = any(t.key not in late for t in obs.open_transactions)
-            else:
-                pending = any(
-                    n < ORPHANED_AFTER_POLLS and key not in late
-                    for key, n in obs.untracked_polls.items()
-                )
-            if not pending:
-                break
-            if extra > 0:
-                sleep(orphan_check_seconds)
-            obs = poller.poll()
-            snapshot = analyze(obs, settings)
-        return snapshot
+        return poll_with_orphan_check(poller, settings, orphan_check_seconds, sleep)[1]
     finally:
         poller.close()
+
+
+def poll_with_orphan_check(
+    poller: ClusterPoller,
+    settings: ClusterSettings,
+    orphan_check_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[ClusterObservation, ClusterSnapshot]:
+    """Poll + analyze; with `orphan_check_seconds` > 0, poll again at once when the first poll
+    saw open transactions, and once more that much later while one was found not tracked (the
+    wait separates the two "not tracked" answers that make it orphaned). Shared by `scan` and
+    `abort`, which must confirm "orphaned" the same way."""
+    from exporter.analyze import analyze
+
+    obs = poller.poll()
+    snapshot = analyze(obs, settings)
+    for extra in range(ORPHANED_AFTER_POLLS if orphan_check_seconds > 0 else 0):
+        # A late transaction already has find-hanging's verdict; only younger ones need the
+        # orphan check. The first extra poll asks about what the first saw open; a later
+        # one is needed only while one was found not tracked fewer times than it takes.
+        late = {t.transaction.key for t in snapshot.late_transactions}
+        if extra == 0:
+            pending = any(t.key not in late for t in obs.open_transactions)
+        else:
+            pending = any(
+                n < ORPHANED_AFTER_POLLS and key not in late
+                for key, n in obs.untracked_polls.items()
+            )
+        if not pending:
+            break
+        if extra > 0:
+            sleep(orphan_check_seconds)
+        obs = poller.poll()
+        snapshot = analyze(obs, settings)
+    return obs, snapshot
 
 
 @dataclass(frozen=True, slots=True)

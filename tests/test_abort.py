@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,12 @@ REPO = Path(__file__).resolve().parents[1]
 class Env(SimEnv):
     config_file: Path
     settings: ClusterSettings
+    waits: list[float] = field(default_factory=list)
+
+    def sleep(self, seconds: float) -> None:
+        """The orphan check's pause, on the simulator's clock."""
+        self.waits.append(seconds)
+        self.sim.clock.advance(round(seconds * 1000))
 
     def abort(self, *extra: str, topic: str = "t", partition: int = 0,
               start_offset: int = 0) -> tuple[int, str, str]:
@@ -54,6 +60,7 @@ class Env(SimEnv):
             ["--config", str(self.config_file), "--cluster", "sim", "--topic", topic,
              "--partition", str(partition), "--start-offset", str(start_offset), *extra],
             clock_ms=self.sim.clock.now_ms, stdout=out, stderr=err, env={},
+            sleep=self.sleep,
         )
         return code, out.getvalue(), err.getvalue()
 
@@ -187,7 +194,7 @@ def test_refuses_coordinator_tracked_transaction_and_force_overrides(env: Env) -
         code, out, err = env.abort("--yes", partition=1, start_offset=start)
 
         assert code == EXIT_REFUSED
-        assert "not classified hanging: coordinator_tracked" in err
+        assert "neither hanging nor orphaned: coordinator_tracked" in err
         assert "'tracked-1'" in err and "--force" in err
         assert "nothing written" in out
         assert env.offsets(1) == before
@@ -202,15 +209,77 @@ def test_refuses_coordinator_tracked_transaction_and_force_overrides(env: Env) -
 
 
 def test_refuses_a_transaction_that_is_not_late(env: Env) -> None:
+    """An ordinary young transaction: its coordinator lists it, and the plan shows the id the
+    coordinator lists (issue 27 item 3), not "none maps to the producer"."""
     txn = open_transaction(env.bootstrap, "young-1", "t", [2], now_ms=env.now_ms)
     try:
         start = txn.result().start_offset("t", 2)
-        code, _, err = env.abort("--yes", partition=2, start_offset=start)
+        code, out, err = env.abort("--yes", partition=2, start_offset=start)
         assert code == EXIT_REFUSED
         assert "not late" in err
+        assert "the coordinator of 'young-1' (state Ongoing) lists this partition" in err
+        assert _field(out, "TransactionalId") == "young-1"
+        assert env.waits == []  # tracked at the second look: no confirmation poll, no wait
         assert env.offsets(2) == (start, start + 1)
     finally:
         txn.close_quietly()
+
+
+def test_a_young_orphaned_transaction_is_confirmed_by_two_looks_and_aborted(env: Env) -> None:
+    """Not late, but its coordinator does not track its partition: `scan`'s two-look check
+    calls it orphaned, and abort proceeds with the id the coordinator lists."""
+    pid, _, start = hanging_transaction(env.bootstrap, "young-hang", "t", 1, now_ms=env.now_ms)
+    assert env.fresh_poll_late() == []  # not late: find-hanging's rule would not see it
+
+    code, out, err = env.abort(partition=1, start_offset=start)  # dry run
+
+    assert code == EXIT_ABORTED, err
+    assert env.waits == [2.0]  # the default --orphan-check-seconds, before the confirming look
+    assert _field(out, "TransactionalId") == "young-hang"
+    reason = _field(out, "Classification")
+    assert reason.startswith("orphaned (open ")
+    assert "the coordinator of 'young-hang' did not track this partition on 2 consecutive" in reason
+    assert "may still be ended" not in out + err
+    assert env.offsets(1) == (start, start + 1)
+
+    code, out, err = env.abort("--yes", partition=1, start_offset=start)
+
+    assert code == EXIT_ABORTED, err
+    assert _field(out, "ProducerId") == str(pid)
+    assert f"last stable offset {start} -> {start + 2}" in out
+    assert env.offsets(1) == (start + 2, start + 2)
+
+
+def test_one_look_at_a_young_untracked_transaction_refuses_without_calling_it_live(
+    env: Env,
+) -> None:
+    """With --orphan-check-seconds 0 the coordinator is never asked about a young transaction:
+    the refusal says so, and claims neither "tracked" nor an id it did not look up."""
+    _, _, start = hanging_transaction(env.bootstrap, "young-hang-0", "t", 2, now_ms=env.now_ms)
+
+    code, out, err = env.abort("--orphan-check-seconds", "0", partition=2, start_offset=start)
+
+    assert code == EXIT_REFUSED
+    assert "its coordinator was not asked" in err
+    assert "may still be ended" not in err
+    assert _field(out, "TransactionalId").startswith("(not looked up")
+    assert env.waits == []
+
+
+def test_a_young_transaction_whose_coordinator_is_loading_is_refused_as_unknown(
+    env: Env,
+) -> None:
+    _, _, start = hanging_transaction(env.bootstrap, "young-hang-l", "t", 0, now_ms=env.now_ms)
+    state: Any = env.sim.state
+    partition = env.sim.call(lambda: state.coordinator.partition_for("young-hang-l"))
+    env.sim.call(state.coordinator.loading_partitions.add, partition)
+
+    code, out, err = env.abort(start_offset=start)
+
+    assert code == EXIT_REFUSED
+    assert "its coordinator could not be asked" in err
+    assert "nothing written" in out
+    assert env.offsets(0) == (start, start + 1)
 
 
 def test_refuses_when_no_transaction_starts_at_the_offset(env: Env) -> None:

@@ -7,12 +7,16 @@ package and its principal needs no write rights at all.
 What it does, following `kafka-transactions.sh abort` (docs/kafka-semantics.md#abort) with
 the exporter's own safety checks in front:
 
-1. Detect again, through the same code the daemon uses: one `ClusterPoller.poll()` and
-   `analyze()` classify the transaction that starts at `--start-offset` (late? hanging?).
+1. Detect again, through the same code the daemon uses: `ClusterPoller.poll()` and
+   `analyze()` with `scan`'s orphan check (`exporter.scan.poll_with_orphan_check`: a second
+   poll asks the coordinators about every transaction the first saw open, a third confirms
+   "not tracked") classify the transaction that starts at `--start-offset` (late? hanging?
+   orphaned? tracked?), with the transactional id its coordinator lists, whatever its age.
 2. Metadata -> the partition's leader; DescribeProducers on that leader -> the producer whose
    CurrentTxnStartOffset equals `--start-offset` (its id, epoch and CoordinatorEpoch), and
    ListOffsets READ_COMMITTED / READ_UNCOMMITTED -> LSO and high watermark before.
-3. Refuse unless that transaction is late and classified `hanging` (`--force` overrides).
+3. Refuse unless that transaction is late and classified `hanging`, or orphaned (`--force`
+   overrides).
 4. Print exactly what would be written; without `--yes` stop there (dry run, nothing written).
 5. WriteTxnMarkers v1 (ABORT) to the leader with the reported producer id and epoch and the
    reported CoordinatorEpoch (-1, "no marker written yet", becomes 0 as Java's

@@ -12,11 +12,11 @@ from typing import TextIO
 from exporter.abort.decide import describe_plan, judge, marker_error_message, open_list
 from exporter.abort.io import AbortFailed, AdminSession, PartitionState
 from exporter.abort.settings import AdminSettings, admin_cluster_settings, load_admin_settings
-from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller, wall_clock_ms
 from exporter.config import ConfigError
 from exporter.logs import configure_logging
 from exporter.model import ProducerEntry, TopicPartition
+from exporter.scan import add_orphan_check_argument, poll_with_orphan_check
 from exporter.settings import ClusterSettings
 
 PROG = "kafka-txn-exporter abort"
@@ -32,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "Abort one hanging transaction by writing an ABORT marker to its partition "
-            "(like kafka-transactions.sh abort), after detecting it again. Without --yes "
+            "(like kafka-transactions.sh abort), after detecting it again: late and not "
+            "listed by its coordinator (find-hanging's rule), or orphaned (not tracked by its "
+            "coordinator on two consecutive polls, checked as scan does). Without --yes "
             "it only prints what it would write. Credentials: the config file's "
             "admin.clusters[] entry for --cluster (the exporter's own principal stays "
             "read-only). Exit status: 0 aborted (or dry run ok), 1 refused, 2 error."
@@ -46,9 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--start-offset", required=True, type=int, dest="start_offset",
                         help="the transaction's StartOffset (CurrentTxnStartOffset)")
     parser.add_argument("--force", action="store_true",
-                        help="abort even when the transaction is not classified hanging")
+                        help="abort even when the transaction is neither hanging nor orphaned")
     parser.add_argument("--yes", action="store_true",
                         help="really write the marker (default: dry run)")
+    add_orphan_check_argument(parser)
     return parser
 
 
@@ -59,6 +62,7 @@ def run_abort(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     env: Mapping[str, str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """The `abort` subcommand; `argv` excludes the word `abort`."""
     out = sys.stdout if stdout is None else stdout
@@ -95,7 +99,8 @@ def run_abort(
     try:
         return _abort(
             admin_cluster_settings(cluster, admin), admin, tp, args.start_offset,
-            force=args.force, yes=args.yes, clock_ms=clock_ms, out=out, err=err,
+            force=args.force, yes=args.yes, orphan_check_seconds=args.orphan_check_seconds,
+            clock_ms=clock_ms, sleep=sleep, out=out, err=err,
         )
     except AbortFailed as exc:
         err.write(f"{PROG}: error: {exc}\n")
@@ -113,20 +118,21 @@ def _abort(
     *,
     force: bool,
     yes: bool,
+    orphan_check_seconds: float,
     clock_ms: Callable[[], int],
+    sleep: Callable[[float], None],
     out: TextIO,
     err: TextIO,
 ) -> int:
-    # 1. Detect again through the daemon's own path.
+    # 1. Detect again through the daemon's own path, with scan's orphan check (two looks).
     poller = ClusterPoller(settings, clock_ms=clock_ms)
     try:
-        obs = poller.poll()
+        obs, snapshot = poll_with_orphan_check(poller, settings, orphan_check_seconds, sleep)
     finally:
         poller.close()
     if not obs.brokers:
         errors = ", ".join(sorted({e.error for e in obs.request_errors})) or "no brokers"
         raise AbortFailed(f"cannot reach cluster {settings.name!r}: {errors}")
-    snapshot = analyze(obs, settings)
 
     session = AdminSession(settings)
     try:
@@ -147,13 +153,13 @@ def _abort(
             before.last_stable_offset, before.high_watermark,
         )
         if not verdict.allowed and not force:
-            err.write(f"{PROG}: refused: the transaction is not classified hanging: "
+            err.write(f"{PROG}: refused: the transaction is neither hanging nor orphaned: "
                       f"{verdict.reason}\nUse --force to abort it anyway.\n")
             out.write("Would have written (refused, nothing written):\n" + plan)
             return EXIT_REFUSED
         if not verdict.allowed:
             err.write(
-                "WARNING: --force: aborting a transaction that is NOT classified hanging: "
+                "WARNING: --force: aborting a transaction that is neither hanging nor orphaned: "
                 f"{verdict.reason}\nWARNING: if its producer or coordinator is still working "
                 "on it, its records are discarded for read_committed consumers and the "
                 "producer will fail with an epoch or sequence error.\n"

@@ -4,7 +4,7 @@ the CoordinatorEpoch to send, and the plan printed for the operator. No I/O."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.abort.settings import AdminSettings
 from exporter.collect.errors import (
@@ -17,15 +17,21 @@ from exporter.model import (
     Classification,
     ClusterObservation,
     ClusterSnapshot,
+    OpenTransaction,
     ProducerEntry,
     TopicPartition,
 )
-from exporter.rules import effective_max_timeout_ms
+from exporter.rules import ORPHANED_AFTER_POLLS, effective_max_timeout_ms
 from exporter.settings import ClusterSettings
 
 WRITE_TXN_MARKERS_VERSION = 1
 """Kafka 4.0 accepts 1 (trunk 1-2); v2 only adds TransactionVersion, which an admin abort
 must leave at 0 (legacy marker: the epoch is not bumped)."""
+
+
+NO_ID_LISTED = "(none: no coordinator lists a transactional id for this producer)"
+NO_ID_UNKNOWN = "(unknown: some coordinator's ListTransactions did not answer)"
+NOT_LOOKED_UP = "(not looked up: the transaction was seen open on one poll only)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,8 @@ class Verdict:
     classification: Classification | None
     transactional_id: str
     reason: str
+    no_id: str = NO_ID_LISTED
+    """What the plan's TransactionalId line says when `transactional_id` is empty."""
 
 
 def marker_coordinator_epoch(reported: int) -> int:
@@ -55,19 +63,44 @@ def judge(
     start_offset: int,
     producer_id: int,
 ) -> Verdict:
-    """Allow only a late transaction the find-hanging rule classifies `hanging`."""
-    for late in snapshot.late_transactions:
-        txn = late.transaction
-        if (
+    """`_judge`, with "no id listed" said only when every coordinator's listing answered."""
+    verdict = _judge(obs, snapshot, settings, tp, start_offset, producer_id)
+    if not verdict.transactional_id and verdict.no_id == NO_ID_LISTED and (
+        not obs.coordinator_view_complete
+    ):
+        return replace(verdict, no_id=NO_ID_UNKNOWN)
+    return verdict
+
+
+def _judge(
+    obs: ClusterObservation,
+    snapshot: ClusterSnapshot,
+    settings: ClusterSettings,
+    tp: TopicPartition,
+    start_offset: int,
+    producer_id: int,
+) -> Verdict:
+    """Allow a late transaction the find-hanging rule classifies `hanging`, or an orphaned one
+    (not tracked by its coordinator on two consecutive polls, late or not: `scan`'s check).
+
+    `obs` is the last poll of the detection (`poll_with_orphan_check`); the transactional id
+    is the one the coordinators list for the producer, whatever the transaction's age."""
+
+    def same(txn: OpenTransaction) -> bool:
+        return (
             (txn.topic, txn.partition) == (tp.topic, tp.partition)
             and txn.current_txn_start_offset == start_offset
             and txn.producer_id == producer_id
-        ):
+        )
+
+    for late in snapshot.late_transactions:
+        txn = late.transaction
+        if same(txn):
             age = f"open {late.age_seconds / 60:.1f} min"
             tid = late.transactional_id
             if late.classification is Classification.HANGING:
                 why = (
-                    "no transactional id maps to the producer"
+                    "no coordinator lists a transactional id for the producer"
                     if not tid
                     else f"the coordinator of {tid!r} does not list this partition"
                 )
@@ -89,35 +122,77 @@ def judge(
                 f"unknown ({age}): the coordinator could not be asked, so it cannot be told "
                 "apart from a transaction the coordinator will still end",
             )
-    for txn in obs.open_transactions:
-        if (
-            (txn.topic, txn.partition) == (tp.topic, tp.partition)
-            and txn.current_txn_start_offset == start_offset
-            and txn.producer_id == producer_id
-        ):
-            threshold_ms = effective_max_timeout_ms(
-                settings,
-                next(
-                    (b.transaction_max_timeout_ms for b in obs.brokers
-                     if b.broker_id == txn.leader_id),
-                    None,
-                ),
-            ) + round(settings.late_buffer_seconds * 1000)
-            age_s = max(0, obs.observed_at_ms - txn.start_time_ms) / 1000
+    for orphan in snapshot.orphaned_transactions:
+        if same(orphan.transaction):
+            tid = orphan.transactional_id
+            whose = f"the coordinator of {tid!r}" if tid else "no coordinator"
             return Verdict(
-                False,
-                None,
-                obs.transactional_ids.get(producer_id, ""),
-                f"not late: open {age_s / 60:.1f} min, late only after "
-                f"{threshold_ms / 60000:.1f} min (transaction.max.timeout.ms + late buffer); "
-                "a transaction that young may still be ended by its producer or coordinator",
+                True,
+                Classification.ORPHANED,
+                tid,
+                f"orphaned (open {orphan.age_seconds / 60:.1f} min, not late yet): {whose} "
+                f"did not track this partition on {orphan.untracked_polls} consecutive polls "
+                "that saw it open with the same producer id, epoch and start offset; nothing "
+                "will end it",
             )
+    for txn in obs.open_transactions:
+        if same(txn):
+            return _young(obs, settings, txn)
     if tp in obs.unobserved:
         return Verdict(
             False, None, "", f"the poll could not observe {tp.topic}-{tp.partition}: "
             f"{obs.unobserved[tp]}"
         )
     return Verdict(False, None, "", "the detection poll did not see this transaction open")
+
+
+def _young(obs: ClusterObservation, settings: ClusterSettings, txn: OpenTransaction) -> Verdict:
+    """An open transaction neither late nor orphaned: what its coordinator said, truthfully."""
+    threshold_ms = effective_max_timeout_ms(
+        settings,
+        next(
+            (b.transaction_max_timeout_ms for b in obs.brokers if b.broker_id == txn.leader_id),
+            None,
+        ),
+    ) + round(settings.late_buffer_seconds * 1000)
+    age_s = max(0, obs.observed_at_ms - txn.start_time_ms) / 1000
+    tid = obs.transactional_ids.get(txn.producer_id, "")
+    head = (
+        f"not late: open {age_s / 60:.1f} min, late only after {threshold_ms / 60000:.1f} min "
+        "(transaction.max.timeout.ms + late buffer)"
+    )
+    untracked = obs.untracked_polls.get(txn.key, 0)
+    if untracked:
+        whose = f"the coordinator of {tid!r}" if tid else "no coordinator"
+        return Verdict(
+            False, None, tid,
+            f"{head}; {whose} did not track this partition on the last poll, but only "
+            f"{untracked} of the {ORPHANED_AFTER_POLLS} consecutive polls that make it "
+            "orphaned: run the command again (or raise --orphan-check-seconds)",
+        )
+    if txn.key in obs.untracked_unknown:
+        return Verdict(
+            False, Classification.UNKNOWN, tid,
+            f"{head}; its coordinator could not be asked whether it tracks this partition "
+            "(loading, moved or unreachable), so it cannot be told apart from a transaction "
+            "its producer or coordinator will still end",
+        )
+    description = obs.descriptions.get(tid) if tid else None
+    if description is not None and TopicPartition(txn.topic, txn.partition) in (
+        description.topic_partitions
+    ):
+        return Verdict(
+            False, Classification.COORDINATOR_TRACKED, tid,
+            f"{head}; the coordinator of {tid!r} (state {description.state}) lists this "
+            "partition: its producer or the coordinator will still commit or abort it",
+        )
+    return Verdict(
+        False, None, tid,
+        f"{head}; its coordinator was not asked (seen open on one poll only: "
+        "--orphan-check-seconds 0, or it began during the check), so whether anything "
+        "still tracks it was not checked",
+        no_id=NOT_LOOKED_UP,
+    )
 
 
 def describe_plan(
@@ -148,7 +223,7 @@ def describe_plan(
         ("CoordinatorEpoch", f"{epoch}{epoch_note}"),
         ("StartOffset", str(producer.current_txn_start_offset)),
         ("Marker", f"ABORT (WriteTxnMarkers v{WRITE_TXN_MARKERS_VERSION} to the leader)"),
-        ("TransactionalId", verdict.transactional_id or "(none maps to the producer)"),
+        ("TransactionalId", verdict.transactional_id or verdict.no_id),
         ("Classification", verdict.reason),
         (
             "LastStableOffset",

@@ -37,9 +37,14 @@ def _key_value(value: str) -> tuple[str, str]:
     return key, val
 
 
-def _parser() -> argparse.ArgumentParser:
+SIM_PROG = "kafka-txn-exporter sim"
+"""How the exporter's CLI runs the simulator; the `kafka-txn-sim` console script is its own."""
+CONSOLE_PROG = "kafka-txn-sim"
+
+
+def _parser(prog: str = SIM_PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kafka-txn-exporter sim",
+        prog=prog,
         description="Run a simulated Kafka cluster (real wire protocol) on this host.",
     )
     parser.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
@@ -106,9 +111,10 @@ def _sasl_users(parser: argparse.ArgumentParser, specs: Sequence[str]) -> dict[s
     return users
 
 
-def run_sim(argv: Sequence[str]) -> int:
-    """Parse `argv` (the arguments after `sim`), serve until SIGINT/SIGTERM, return 0."""
-    parser = _parser()
+def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
+    """Parse `argv` (the arguments after `sim`), serve until SIGINT/SIGTERM, return 0; usage
+    and errors name `prog`, the command the user typed."""
+    parser = _parser(prog)
     args = parser.parse_args(list(argv))
     if args.brokers < 1:
         parser.error("--brokers must be >= 1")
@@ -159,7 +165,7 @@ def run_sim(argv: Sequence[str]) -> int:
 
 def main() -> int:
     """Entry point of the `kafka-txn-sim` console script."""
-    return run_sim(sys.argv[1:])
+    return run_sim(sys.argv[1:], prog=CONSOLE_PROG)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 from kafka import KafkaConsumer
 from kafka.structs import TopicPartition
 
-from kafka_sim.consumer import READ_COMMITTED
+from kafka_sim.consumer import READ_COMMITTED, in_process_client
 from kafka_sim.producer import (
     OpenTransaction,
     aborted_transaction,
@@ -99,6 +99,7 @@ class CommittingConsumer:
 
     def _consume(self) -> None:
         consumer = KafkaConsumer(
+            kafka_client=in_process_client,  # no slow-step warnings from GIL waits
             bootstrap_servers=self.bootstrap,
             group_id=self.group_id,
             client_id=self.client_id,

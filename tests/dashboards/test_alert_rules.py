@@ -121,6 +121,7 @@ def test_the_stale_poll_rule_follows_the_poll_interval_metric() -> None:
     assert not re.search(r"> *[0-9.]+ *$", rule["expr"]), "no fixed number of seconds"
 
 
+@pytest.mark.system_tools  # promtool
 def test_the_exporter_absence_rules_exist_and_use_the_selector(tmp_path: Path) -> None:
     """The selector is a generator parameter; a custom one reaches both absence rules."""
     result = subprocess.run(

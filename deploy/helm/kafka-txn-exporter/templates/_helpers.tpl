@@ -78,12 +78,66 @@ Files of the web config volume (TLS and basic auth of /metrics), as a list of
 {{- with $web.client_ca_secret }}{{- if .name }}
 {{- $files = append $files (dict "secret" .name "key" (.key | default "ca.crt") "path" "client-ca.crt") }}
 {{- end }}{{- end }}
+{{- with $web.probe_client_cert_secret }}{{- if .name }}
+{{- $files = append $files (dict "secret" .name "key" (.cert_key | default "tls.crt") "path" "probe-client.crt") }}
+{{- $files = append $files (dict "secret" .name "key" (.key_key | default "tls.key") "path" "probe-client.key") }}
+{{- end }}{{- end }}
 {{- toJson $files }}
 {{- end }}
 
 {{/* "true" when /metrics is served over TLS (config.web.tls_secret is set). */}}
 {{- define "kte.webTls" -}}
 {{- if (.Values.config.web.tls_secret | default dict).name }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the web port requires client certificates (config.web.client_ca_secret). */}}
+{{- define "kte.webMutualTls" -}}
+{{- if (.Values.config.web.client_ca_secret | default dict).name }}true{{ end }}
+{{- end }}
+
+{{/*
+One probe of the exporter container, for .path (/healthz or /readyz) with .settings (the
+livenessProbe or readinessProbe values). An httpGet probe, except with mutual TLS on the web
+port: the kubelet's HTTP probes send no client certificate and would be refused, so an exec
+probe runs `kafka-txn-exporter probe` in the container with config.web.probe_client_cert_secret.
+*/}}
+{{- define "kte.probe" -}}
+{{- $root := .root }}
+{{- $web := $root.Values.config.web }}
+{{- if include "kte.webMutualTls" $root }}
+{{- if not (($web.probe_client_cert_secret | default dict).name) }}
+{{- fail "config.web.client_ca_secret: the kubelet's HTTP probes send no client certificate, so with mutual TLS the probes are exec probes that need one: set config.web.probe_client_cert_secret.name (a Secret with a client certificate the client CA signed)" }}
+{{- end }}
+{{- $host := $web.listen_address | default "0.0.0.0" }}
+{{- if eq $host "0.0.0.0" }}{{ $host = "127.0.0.1" }}{{ else if eq $host "::" }}{{ $host = "[::1]" }}{{ else if contains ":" $host }}{{ $host = printf "[%s]" $host }}{{- end }}
+{{- $scheme := "http" }}
+{{- if include "kte.webTls" $root }}{{ $scheme = "https" }}{{- end -}}
+exec:
+  command:
+    - kafka-txn-exporter
+    - probe
+    - {{ printf "%s://%s:%d%s" $scheme $host (int $web.port) .path | quote }}
+    - --cert
+    - {{ include "kte.webDir" $root }}/probe-client.crt
+    - --key
+    - {{ include "kte.webDir" $root }}/probe-client.key
+    - --timeout
+    - {{ .settings.timeoutSeconds | default 5 | quote }}
+{{- else -}}
+httpGet:
+  path: {{ .path }}
+  port: http
+  scheme: {{ if include "kte.webTls" $root }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+{{ toYaml .settings }}
+{{- end }}
+
+{{/* The directory the history is written to, on the history volume. */}}
+{{- define "kte.historyDir" -}}/var/lib/kafka-txn-exporter/history{{- end }}
+
+{{/* The name of the history PersistentVolumeClaim (an existing one, or the chart's). */}}
+{{- define "kte.historyClaim" -}}
+{{- .Values.config.history.storage.existingClaim | default (printf "%s-history" (include "kte.fullname" .)) }}
 {{- end }}
 
 {{/* The web_config_file the exporter is given, or "" for plain HTTP without auth. */}}
@@ -164,5 +218,9 @@ file paths under kte.credentialsDir/<index>/; nothing secret is rendered.
 {{- $_ := set $web "web_config_file" . }}
 {{- end }}
 {{- $log := dict "format" .Values.config.log.format "level" .Values.config.log.level }}
-{{- toYaml (dict "clusters" $clusters "web" $web "log" $log) }}
+{{- $out := dict "clusters" $clusters "web" $web "log" $log }}
+{{- with .Values.config.history }}{{- if .enabled }}
+{{- $_ := set $out "history" (dict "directory" (include "kte.historyDir" $root) "retention_days" (int (.retention_days | default 30))) }}
+{{- end }}{{- end }}
+{{- toYaml $out }}
 {{- end }}
