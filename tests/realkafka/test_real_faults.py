@@ -25,6 +25,8 @@ import pytest
 from kafka_sim.producer import hanging_transaction
 from kafka_sim.realkafka import RealKafkaCluster, start_cluster
 from kafka_sim.routing import RawCluster
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from realhelpers import (
     LATE_BACKDATE_MS,
     VERIFICATION_OFF,
@@ -35,7 +37,9 @@ from realhelpers import (
 
 from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller, wall_clock_ms
+from exporter.expose.collector import SnapshotCollector
 from exporter.model import Classification, ClusterObservation, ClusterSnapshot, TopicPartition
+from exporter.snapshots import SnapshotStore
 
 FAULT_BROKER_CONFIG = {
     **VERIFICATION_OFF,
@@ -58,13 +62,17 @@ ELECTION_COMMAND = "org.apache.kafka.tools.LeaderElectionCommand"
 
 @dataclass
 class Sample:
-    """One poll: when it started, during which fault, and what the exporter made of it."""
+    """One poll: when it started, during which fault, and what the exporter made of it (the
+    snapshot, and /metrics as a scrape right after the poll read it)."""
 
     index: int
     started: float
     phase: str
     observation: ClusterObservation
     snapshot: ClusterSnapshot
+    scrape: dict[str, dict[str, float]]
+    """Per-broker families: metric name -> {broker label: value}; plus the cluster-wide
+    gauges under the key "" ({"": value})."""
 
 
 @dataclass
@@ -112,14 +120,21 @@ class PollLoop:
     def run(self) -> None:
         settings = cluster_settings(self.cluster)
         poller = ClusterPoller(settings, clock_ms=self._clock_ms)
+        store = SnapshotStore([settings])
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(store))
         try:
             while not self._stop.is_set():
                 started = time.monotonic()
                 observation = poller.poll()
                 snapshot = analyze(observation, settings)
+                store.publish(snapshot)
+                scrape = read_scrape(generate_latest(registry).decode())
                 with self._new_sample:
                     self.samples.append(
-                        Sample(len(self.samples), started, self.phase, observation, snapshot)
+                        Sample(
+                            len(self.samples), started, self.phase, observation, snapshot, scrape
+                        )
                     )
                     self._new_sample.notify_all()
                 self._stop.wait(max(0.0, started + POLL_INTERVAL_SECONDS - time.monotonic()))
@@ -151,6 +166,28 @@ class PollLoop:
     def polls_between(self, after: float, sample: Sample) -> int:
         """Polls started after `after` up to and including `sample`."""
         return sum(1 for s in self.samples[: sample.index + 1] if s.started >= after)
+
+
+SCRAPED_PER_BROKER = (
+    "kafka_partitions_with_late_transactions",
+    "kafka_partitions_with_hanging_transactions",
+    "kafka_txn_exporter_broker_up",
+)
+SCRAPED_PER_CLUSTER = (
+    "kafka_cluster_max_active_transaction_duration_seconds",
+    "kafka_txn_exporter_unobserved_partitions",
+)
+
+
+def read_scrape(text: str) -> dict[str, dict[str, float]]:
+    """The families the checks read from a /metrics text: {name: {broker or "": value}}."""
+    wanted = {*SCRAPED_PER_BROKER, *SCRAPED_PER_CLUSTER}
+    found: dict[str, dict[str, float]] = {name: {} for name in wanted}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                found[sample.name][sample.labels.get("broker", "")] = sample.value
+    return found
 
 
 # -- the truth, from the cluster ---------------------------------------------------------------
@@ -239,6 +276,25 @@ def check_no_false_number(sample: Sample, truth: Truth) -> None:
             assert not broker.up or snap.unobserved_by_reason or snap.request_errors, (
                 f"{where}: broker {broker.broker_id}'s counts absent without a reason"
             )
+    # The scrape shows exactly the snapshot's numbers: an unknown count is an absent series.
+    scrape = sample.scrape
+    for broker in snap.brokers:
+        b = str(broker.broker_id)
+        assert scrape["kafka_txn_exporter_broker_up"].get(b) == float(broker.up), where
+        for name, count in (
+            ("kafka_partitions_with_late_transactions", broker.partitions_with_late_transactions),
+            (
+                "kafka_partitions_with_hanging_transactions",
+                broker.partitions_with_hanging_transactions,
+            ),
+        ):
+            shown = scrape[name].get(b)
+            assert shown == (None if count is None else float(count)), (
+                f"{where}: {name}{{broker={b}}} scraped {shown}, snapshot {count}"
+            )
+    if not late:
+        assert scrape["kafka_cluster_max_active_transaction_duration_seconds"] == {}, where
+        assert scrape["kafka_txn_exporter_unobserved_partitions"].get("", 0) > 0, where
     if late and late[0].classification is Classification.UNKNOWN:
         (summary,) = [b for b in snap.brokers if b.broker_id == leader]
         assert summary.partitions_with_hanging_transactions is None, where
