@@ -305,10 +305,20 @@ class SimCluster:
             self._state.create_topic, name, partitions, replication_factor, dict(configs or {})
         )
 
-    def stop_broker(self, broker_id: int) -> None:
-        """Close the broker's listener (connects are refused) and drop its connections."""
+    def stop_broker(self, broker_id: int, *, fenced: bool = True) -> None:
+        """Close the broker's listener (connects are refused) and drop its connections.
+
+        `fenced` False is a real `kill -9` before the controller fences the broker
+        (docs/kafka-semantics.md#faults): Metadata still lists it and names it leader of its
+        partitions until `fence_broker`."""
         listener = self._listener(broker_id)
         self._run(listener.stop())
+        if fenced:
+            self._set_broker_alive(broker_id, False)
+
+    def fence_broker(self, broker_id: int) -> None:
+        """The controller's fencing of a stopped broker: it leaves Metadata, its partitions
+        fail over to live in-sync replicas."""
         self._set_broker_alive(broker_id, False)
 
     def start_broker(self, broker_id: int) -> None:
