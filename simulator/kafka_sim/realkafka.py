@@ -17,9 +17,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +80,9 @@ log4j.appender.err.Target=System.err
 log4j.appender.err.layout=org.apache.log4j.PatternLayout
 log4j.appender.err.layout.ConversionPattern=%p %m%n
 """
+
+
+_TOOL_LOGGING_LOCK = threading.Lock()
 
 
 class KafkaNotInstalled(RuntimeError):
@@ -142,9 +147,10 @@ class KafkaInstall:
         if workdir is not None:
             log2 = workdir / "tool-log4j2.yaml"
             log1 = workdir / "tool-log4j.properties"
-            if not log2.exists():
-                log2.write_text(_TOOL_LOG4J)
-                log1.write_text(_TOOL_LOG4J1)
+            with _TOOL_LOGGING_LOCK:  # tools may start from several threads at once
+                if not log2.exists():
+                    log1.write_text(_TOOL_LOG4J1)
+                    log2.write_text(_TOOL_LOG4J)
             jvm += [f"-Dlog4j2.configurationFile={log2}", f"-Dlog4j.configuration=file:{log1}"]
         return subprocess.run(
             self.java_args(main_class, *args, jvm=jvm),
@@ -263,8 +269,9 @@ class RealKafkaCluster:
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> RealKafkaCluster:
-        for node in self._nodes:
-            self._format(node)
+        # Each format is a JVM start (seconds on a loaded machine): the nodes' in parallel.
+        with ThreadPoolExecutor(max_workers=len(self._nodes)) as pool:
+            list(pool.map(self._format, self._nodes))
         for node in self._nodes:
             self._launch(node)
         for node in self._nodes:
