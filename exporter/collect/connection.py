@@ -67,6 +67,17 @@ class AuthenticationFailed(CollectError):
     kind = "AUTHENTICATION_FAILED"
 
 
+class TlsFailed(AuthenticationFailed):
+    """The TLS handshake failed: certificate not trusted, hostname not in it, refused. Counted as
+    AUTHENTICATION_FAILED, as Kafka's Java client counts its SslAuthenticationException (a
+    subclass of AuthenticationException); `scan` tells the two apart."""
+
+
+class ConnectTimeout(BrokerUnreachable):
+    """The TCP (or TLS) connect did not finish in time: counted as BROKER_UNREACHABLE; `scan`
+    reports it as a timeout."""
+
+
 class UnsupportedApi(CollectError):
     """The broker does not offer this API in any version this client can speak."""
 
@@ -133,11 +144,11 @@ class BrokerConnection:
                 timeout,
             )
         except TimeoutError as exc:
-            raise BrokerUnreachable(f"connect to {self.host}:{self.port} timed out") from exc
-        except ssl.SSLError as exc:
-            raise AuthenticationFailed(
-                f"TLS handshake with {self.host}:{self.port}: {exc}"
+            raise ConnectTimeout(
+                f"connect to {self.host}:{self.port} timed out after {timeout:g} s"
             ) from exc
+        except ssl.SSLError as exc:
+            raise TlsFailed(f"TLS handshake with {self.host}:{self.port}: {exc}") from exc
         except OSError as exc:
             raise BrokerUnreachable(f"connect to {self.host}:{self.port}: {exc}") from exc
         except (OverflowError, ValueError) as exc:
@@ -206,8 +217,8 @@ class BrokerConnection:
         )
         if handshake.error_code != 0:
             raise AuthenticationFailed(
-                f"SASL mechanism {sasl.mechanism} refused: {error_name(handshake.error_code)}"
-                f" (enabled: {list(handshake.mechanisms)})"
+                f"SASL mechanism {sasl.mechanism} refused by {self.host}:{self.port}: "
+                f"{error_name(handshake.error_code)} (enabled: {list(handshake.mechanisms)})"
             )
         security_protocol = "SASL_SSL" if self._options.ssl_context else "SASL_PLAINTEXT"
         # Here, not at the top: kafka.net is kafka-python's whole network client, which only
@@ -237,8 +248,8 @@ class BrokerConnection:
             if response.error_code != 0:
                 # Never include credentials; the broker's message names only the principal.
                 raise AuthenticationFailed(
-                    f"SASL {sasl.mechanism}: {error_name(response.error_code)}"
-                    f" {response.error_message or ''}".rstrip()
+                    f"SASL {sasl.mechanism} with {self.host}:{self.port}: "
+                    f"{error_name(response.error_code)} {response.error_message or ''}".rstrip()
                 )
             try:
                 mechanism.receive(bytes(response.auth_bytes))
@@ -344,7 +355,14 @@ class BrokerConnection:
                 else:
                     future.set_result(response)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            error = BrokerUnreachable(f"connection to {self.host}:{self.port} lost: {exc!r}")
+            if isinstance(exc, ssl.SSLError) and "ALERT" in str(exc.reason or ""):
+                # TLS 1.3: a broker refusing the client certificate sends its alert after the
+                # client's handshake finished, so the first read fails.
+                error = TlsFailed(f"TLS with {self.host}:{self.port}: {exc}")
+            else:
+                error = BrokerUnreachable(
+                    f"connection to {self.host}:{self.port} lost: {exc!r}"
+                )
         except asyncio.CancelledError:
             error = BrokerUnreachable("connection closed")
             self._fail(error)

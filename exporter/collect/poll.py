@@ -69,6 +69,9 @@ class ClusterPoller:
         """Open transactions of the previous poll: asked about if still open (#orphaned)."""
         self._untracked_polls: dict[TxnKey, int] = {}
         self._closed = False
+        self.metadata_error: CollectError | None = None
+        """Why the last poll's Metadata failed (no broker answered); None when it answered.
+        `scan` names the cause from it (authentication, TLS, unreachable, timeout)."""
 
     def poll(self) -> ClusterObservation:
         with self._lock:
@@ -106,6 +109,7 @@ class ClusterPoller:
         try:
             meta = await client.metadata()
         except CollectError as exc:
+            self.metadata_error = exc
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
             self._untracked_polls = {}  # no answer this poll: "consecutive" starts again
@@ -120,6 +124,7 @@ class ClusterPoller:
                 request_errors=tuple(state.request_errors),
                 poll_duration_seconds=time.monotonic() - started,
             )
+        self.metadata_error = None
         state.unobserved.update(meta.leaderless)
 
         listed, _, _ = await asyncio.gather(
