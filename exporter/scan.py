@@ -90,6 +90,7 @@ def cluster_failure(error: Exception | None) -> ClusterFailed:
         BrokerUnreachable,
         ConnectTimeout,
         RequestTimeout,
+        TlsConnectionClosed,
         TlsFailed,
     )
 
@@ -97,6 +98,7 @@ def cluster_failure(error: Exception | None) -> ClusterFailed:
         return ClusterFailed("cluster not reachable (no broker answered)", EXIT_UNREACHABLE)
     causes: tuple[tuple[type[Exception], str, int], ...] = (
         (TlsFailed, "TLS failed", EXIT_TLS_FAILED),
+        (TlsConnectionClosed, "TLS failed", EXIT_TLS_FAILED),
         (AuthenticationFailed, "authentication failed", EXIT_AUTHENTICATION_FAILED),
         (ConnectTimeout, "timed out", EXIT_TIMEOUT),
         (RequestTimeout, "timed out", EXIT_TIMEOUT),

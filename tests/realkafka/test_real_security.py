@@ -11,11 +11,13 @@ cluster. Facts relied on: docs/kafka-semantics.md#acls-on-a-real-broker.
 
 from __future__ import annotations
 
+import io
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,9 @@ from exporter.model import Classification, ClusterObservation, ClusterSnapshot, 
 from exporter.scan import (
     EXIT_AUTHENTICATION_FAILED,
     EXIT_HANGING,
+    EXIT_TIMEOUT,
     EXIT_TLS_FAILED,
+    run_scan,
 )
 from exporter.settings import ClusterSettings
 
@@ -188,21 +192,30 @@ def test_without_describe_on_a_transactional_id_a_healthy_transaction_reads_orph
         visible.transactional_id, hidden.transactional_id}
 
 
-def scan(world: World, tmp_path: Path, mechanism: str, password: str,
-         **tls: object) -> subprocess.CompletedProcess[str]:
-    """`kafka-txn-exporter scan` as a process against the SASL_SSL listener."""
-    password_file = tmp_path / f"password-{mechanism}"
-    password_file.write_text(password + "\n")
-    bootstrap = str(tls.pop("bootstrap", world.kafka.sasl_ssl_bootstrap))
-    config = tmp_path / f"exporter-{mechanism}.yaml"
-    config.write_text(yaml.safe_dump({"clusters": [{
-        "name": "secure",
-        "bootstrap_servers": bootstrap.split(","),
-        "request_timeout_seconds": 10,
+def cluster_entry(world: World, name: str, mechanism: str, password_file: Path,
+                  bootstrap: str | None = None, timeout_seconds: float = 10,
+                  **tls: object) -> dict[str, object]:
+    """One `clusters[]` entry: the SASL_SSL listener (by default), CA and hostname checked."""
+    return {
+        "name": name,
+        "bootstrap_servers": (bootstrap or world.kafka.sasl_ssl_bootstrap).split(","),
+        "request_timeout_seconds": timeout_seconds,
         "tls": {"ca_file": world.kafka.ca_file, **tls},
         "sasl": {"mechanism": mechanism, "username": "exporter",
                  "password_file": str(password_file)},
-    }]}))
+    }
+
+
+def password_file(tmp_path: Path, password: str, name: str = "password") -> Path:
+    path = tmp_path / name
+    path.write_text(password + "\n")
+    return path
+
+
+def scan(tmp_path: Path, *clusters: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    """`kafka-txn-exporter scan` as a process (one poll per cluster)."""
+    config = tmp_path / "exporter.yaml"
+    config.write_text(yaml.safe_dump({"clusters": list(clusters)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
     return subprocess.run(
         [sys.executable, "-m", "exporter", "scan", "--config", str(config),
@@ -211,59 +224,130 @@ def scan(world: World, tmp_path: Path, mechanism: str, password: str,
     )
 
 
-def error_line(result: subprocess.CompletedProcess[str], *secrets: str) -> str:
-    """The one `error:` line; no secret in any output, no traceback."""
+def error_lines(result: subprocess.CompletedProcess[str], *secrets: str) -> dict[str, str]:
+    """cluster -> its one `error:` line; no secret in any output, no traceback."""
     for secret in secrets:
         assert secret not in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.stderr
-    return lines[0].removeprefix("error: cluster secure: ")
+    found: dict[str, str] = {}
+    for line in result.stderr.splitlines():
+        if line.startswith("error: cluster "):
+            name, _, message = line.removeprefix("error: cluster ").partition(": ")
+            assert name not in found, result.stderr
+            found[name] = message
+    return found
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_scan_with_a_wrong_password_names_the_brokers_reason(
-    world: World, tmp_path: Path, mechanism: str
+    world: World, tmp_path: Path
 ) -> None:
-    wrong = f"wrong-{mechanism}-pw-5d1e"
-    result = scan(world, tmp_path, mechanism, wrong)
+    """One cluster per mechanism, each with its own wrong password: one line each, exit 3."""
+    wrong = {mechanism: f"wrong-{mechanism}-pw-5d1e" for mechanism in MECHANISMS}
+    result = scan(tmp_path, *(
+        cluster_entry(world, mechanism.lower(), mechanism,
+                      password_file(tmp_path, wrong[mechanism], mechanism))
+        for mechanism in MECHANISMS))
     assert result.returncode == EXIT_AUTHENTICATION_FAILED, result.stderr
-    message = error_line(result, wrong, PASSWORDS["exporter"])
-    assert message.startswith(f"authentication failed: SASL {mechanism} with 127.0.0.1:")
-    # The broker's own reason (SaslAuthenticate's error_message), not "not reachable".
-    assert "SASL_AUTHENTICATION_FAILED Authentication failed" in message
+    messages = error_lines(result, *wrong.values(), PASSWORDS["exporter"])
+    assert sorted(messages) == sorted(m.lower() for m in MECHANISMS)
+    for mechanism in MECHANISMS:
+        message = messages[mechanism.lower()]
+        assert message.startswith(f"authentication failed: SASL {mechanism} with 127.0.0.1:")
+        # The broker's own reason (SaslAuthenticate's error_message), not "not reachable".
+        assert "SASL_AUTHENTICATION_FAILED Authentication failed" in message
     assert len(result.stdout.splitlines()) == 1  # the table's header, no row
 
 
 def test_scan_with_the_right_password_finds_the_hanging_transaction(
     world: World, tmp_path: Path
 ) -> None:
-    result = scan(world, tmp_path, "SCRAM-SHA-256", PASSWORDS["exporter"])
+    secret = password_file(tmp_path, PASSWORDS["exporter"])
+    result = scan(tmp_path, cluster_entry(world, "secure", "SCRAM-SHA-256", secret))
     assert result.returncode == EXIT_HANGING, result.stderr
     assert PASSWORDS["exporter"] not in result.stdout + result.stderr
     rows = [line.split() for line in result.stdout.splitlines()[1:]]
     assert [row[:2] for row in rows if row[0] == world.readable] == [[world.readable, "0"]]
 
 
-def test_scan_against_a_broker_certificate_from_another_ca_is_a_tls_failure(
+def test_scan_against_another_ca_or_by_another_name_is_a_tls_failure(
     world: World, tmp_path: Path
 ) -> None:
-    result = scan(world, tmp_path, "PLAIN", PASSWORDS["exporter"],
-                  ca_file=world.kafka.other_ca_file)
-    assert result.returncode == EXIT_TLS_FAILED, result.stderr
-    message = error_line(result, PASSWORDS["exporter"])
-    assert message.startswith("TLS failed: TLS handshake with 127.0.0.1:")
-    assert "CERTIFICATE_VERIFY_FAILED" in message
-
-
-def test_scan_by_a_name_the_broker_certificate_does_not_hold_is_a_tls_failure(
-    world: World, tmp_path: Path
-) -> None:
-    """The broker's certificate names 127.0.0.1 only; `localhost` reaches the same port."""
+    """A CA that did not sign the broker's certificate; `localhost`, which reaches the same
+    port but is not in the certificate (it names 127.0.0.1 only)."""
+    secret = password_file(tmp_path, PASSWORDS["exporter"])
     port = world.kafka.cluster.port(1, "SASL_SSL")
-    result = scan(world, tmp_path, "PLAIN", PASSWORDS["exporter"],
-                  bootstrap=f"localhost:{port}")
+    result = scan(
+        tmp_path,
+        cluster_entry(world, "other-ca", "PLAIN", secret, ca_file=world.kafka.other_ca_file),
+        cluster_entry(world, "by-name", "PLAIN", secret, bootstrap=f"localhost:{port}"),
+    )
     assert result.returncode == EXIT_TLS_FAILED, result.stderr
-    message = error_line(result, PASSWORDS["exporter"])
-    assert message.startswith(f"TLS failed: TLS handshake with localhost:{port}")
-    assert "CERTIFICATE_VERIFY_FAILED" in message and "localhost" in message
+    messages = error_lines(result, PASSWORDS["exporter"])
+    assert messages["other-ca"].startswith("TLS failed: TLS handshake with 127.0.0.1:")
+    assert messages["by-name"].startswith(f"TLS failed: TLS handshake with localhost:{port}")
+    for message in messages.values():
+        assert "CERTIFICATE_VERIFY_FAILED" in message
+    assert "mismatch" in messages["by-name"] and "mismatch" not in messages["other-ca"]
+
+
+def scan_in_process(settings: ClusterSettings) -> tuple[int, str]:
+    """`scan`'s code in this process (what the `scan` process runs, without its start-up
+    cost): the exit status and the one error line."""
+    out, err = io.StringIO(), io.StringIO()
+    code = run_scan([settings], "table", out, err, orphan_check_seconds=0)
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    return code, lines[0].removeprefix(f"error: cluster {settings.name}: ")
+
+
+def test_scan_without_tls_against_the_sasl_ssl_listener_is_a_tls_failure(world: World) -> None:
+    """Kafka's TLS listener answers a plaintext ApiVersions with a TLS alert record; read as a
+    Kafka frame its size is absurd (0x1503...). The simulator closes without an alert instead
+    (unreachable there: tests/security/test_security_errors.py)."""
+    settings = replace(world.kafka.settings("exporter", "PLAIN"), tls=None)
+    code, message = scan_in_process(settings)
+    assert code == EXIT_TLS_FAILED, message
+    assert message.startswith("TLS failed: 127.0.0.1:")
+    assert "answered with a TLS record: its listener expects TLS" in message
+    assert PASSWORDS["exporter"] not in message
+
+
+def test_scan_with_tls_against_the_plaintext_listener_is_a_tls_failure(world: World) -> None:
+    """The PLAINTEXT listener reads the ClientHello as an oversized frame and closes."""
+    settings = replace(world.kafka.settings("exporter", bootstrap=world.kafka.cluster.bootstrap),
+                       sasl=None)
+    code, message = scan_in_process(settings)
+    assert code == EXIT_TLS_FAILED, message
+    assert message.startswith("TLS failed: TLS handshake with 127.0.0.1:")
+    assert "the broker closed the connection" in message
+
+
+def test_scan_with_sasl_against_the_plaintext_listener_is_an_authentication_failure(
+    world: World,
+) -> None:
+    """A listener without SASL answers SaslHandshake ILLEGAL_SASL_STATE, no mechanism."""
+    settings = replace(world.kafka.settings("exporter", "SCRAM-SHA-256",
+                                            bootstrap=world.kafka.cluster.bootstrap), tls=None)
+    code, message = scan_in_process(settings)
+    assert code == EXIT_AUTHENTICATION_FAILED, message
+    assert "ILLEGAL_SASL_STATE (enabled: []): this listener takes no SASL" in message
+
+
+def test_scan_of_a_frozen_broker_times_out_and_the_broker_comes_back(
+    world: World, tmp_path: Path
+) -> None:
+    """SIGSTOP: the kernel still accepts TCP connections, nothing answers the TLS handshake."""
+    cluster = world.kafka.cluster
+    secret = password_file(tmp_path, PASSWORDS["exporter"])
+    cluster.kill(1, signal.SIGSTOP)
+    try:
+        result = scan(tmp_path, cluster_entry(world, "secure", "PLAIN", secret,
+                                              timeout_seconds=2))
+    finally:
+        cluster.kill(1, signal.SIGCONT)
+    assert result.returncode == EXIT_TIMEOUT, result.stderr
+    port = cluster.port(1, "SASL_SSL")
+    assert error_lines(result, PASSWORDS["exporter"]) == {
+        "secure": f"timed out: connect to 127.0.0.1:{port} timed out after 2 s"}
+    _, snapshot = poll(world.kafka.settings("exporter", "PLAIN", request_timeout_seconds=30.0))
+    assert snapshot.up

@@ -146,3 +146,39 @@ def test_a_listener_that_never_answers_is_a_timeout(tmp_path: Path, pki: Pki, tl
     assert result.returncode == EXIT_TIMEOUT, result.stderr
     message = the_error(result)
     assert message.startswith("timed out: ") and f"127.0.0.1:{port}" in message
+
+
+@pytest.fixture(scope="module")
+def plaintext_sim() -> Iterator[SimCluster]:
+    with SimCluster(brokers=1, topics={"t": 1}) as sim:
+        yield sim
+
+
+def test_tls_against_a_plaintext_listener_is_a_tls_failure(
+    plaintext_sim: SimCluster, pki: Pki, tmp_path: Path
+) -> None:
+    """The listener reads the ClientHello as an oversized frame and closes the connection."""
+    result = scan(tmp_path, plaintext_sim.bootstrap_servers, tls={"ca_file": pki.crt("ca")})
+    assert result.returncode == EXIT_TLS_FAILED, result.stderr
+    message = the_error(result)
+    assert message.startswith("TLS failed: TLS handshake with ")
+    assert "the broker closed the connection" in message
+
+
+def test_sasl_against_a_listener_without_sasl_is_an_authentication_failure(
+    plaintext_sim: SimCluster, tmp_path: Path
+) -> None:
+    result = scan(tmp_path, plaintext_sim.bootstrap_servers, sasl={"mechanism": "PLAIN"})
+    assert result.returncode == EXIT_AUTHENTICATION_FAILED, result.stderr
+    assert "ILLEGAL_SASL_STATE (enabled: []): this listener takes no SASL" in the_error(result)
+
+
+def test_a_plaintext_client_against_a_tls_listener_of_the_simulator_is_unreachable(
+    sasl_ssl_sim: SimCluster, tmp_path: Path
+) -> None:
+    """A known difference: Kafka's TLS listener answers plaintext with a TLS alert record
+    (`scan` then says TLS failed, tests/realkafka/test_real_security.py); the simulator's
+    (Python's ssl) closes without one, so all the client sees is a closed connection."""
+    result = scan(tmp_path, sasl_ssl_sim.bootstrap_servers, sasl={"mechanism": "PLAIN"})
+    assert result.returncode == EXIT_UNREACHABLE, result.stderr
+    assert "lost: IncompleteReadError" in the_error(result)
