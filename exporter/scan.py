@@ -43,7 +43,8 @@ EXIT_ERROR = 2
 EXIT_AUTHENTICATION_FAILED = 3
 """SASL refused: wrong user or password, mechanism not enabled."""
 EXIT_TLS_FAILED = 4
-"""TLS handshake failed: certificate not trusted by the CA, hostname not in it, refused."""
+"""TLS handshake failed: certificate not trusted by the CA, hostname not in it, refused; or
+the listener speaks TLS and the client not (or the other way round)."""
 EXIT_UNREACHABLE = 5
 """No broker reached: connection refused, unknown host, no route."""
 EXIT_TIMEOUT = 6
@@ -51,7 +52,8 @@ EXIT_TIMEOUT = 6
 EXIT_STATUS_HELP = (
     "Exit status: 0 nothing hanging, 1 a hanging or orphaned transaction was found, "
     "2 bad configuration (or another error), 3 authentication failed (SASL), 4 TLS failed "
-    "(certificate not trusted, wrong hostname), 5 cluster unreachable, 6 timed out; with "
+    "(certificate not trusted, wrong hostname, listener and tls setting disagree), "
+    "5 cluster unreachable, 6 timed out; with "
     "several clusters failing, the lowest of their codes."
 )
 
