@@ -29,7 +29,7 @@ from kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from kafka_sim.realkafka import Listener, RealKafkaCluster, start_cluster
-from realhelpers import VERIFICATION_OFF
+from realhelpers import REPO, VERIFICATION_OFF
 from security.pki import issue
 
 from exporter.settings import ClusterSettings, SaslSettings, TlsSettings
@@ -174,15 +174,31 @@ def acl_count(cluster: RealKafkaCluster, principal: str) -> int:
         admin.close()
 
 
-README_GRANTS: tuple[Grant, ...] = (
-    (ResourceType.TOPIC, "*", ACLOperation.READ),
-    (ResourceType.TRANSACTIONAL_ID, "*", ACLOperation.DESCRIBE),
-    (ResourceType.GROUP, "*", ACLOperation.DESCRIBE),
-    (ResourceType.CLUSTER, "kafka-cluster", ACLOperation.DESCRIBE),
-    (ResourceType.CLUSTER, "kafka-cluster", ACLOperation.DESCRIBE_CONFIGS),
-    (ResourceType.TOPIC, "*", ACLOperation.DESCRIBE_CONFIGS),
-)
-"""README's "Least privilege on Kafka" list, as given to `kafka-acls.sh`."""
+_RESOURCES = {"--topic": ResourceType.TOPIC, "--group": ResourceType.GROUP,
+              "--transactional-id": ResourceType.TRANSACTIONAL_ID}
+_OPERATIONS = {"Read": ACLOperation.READ, "Describe": ACLOperation.DESCRIBE,
+               "DescribeConfigs": ACLOperation.DESCRIBE_CONFIGS}
+
+
+def readme_grants() -> tuple[Grant, ...]:
+    """README's "Least privilege on Kafka" `kafka-acls.sh` lines for User:exporter, parsed: the
+    test grants exactly what the README tells users to grant."""
+    grants: list[Grant] = []
+    for line in (REPO / "README.md").read_text().splitlines():
+        words = line.replace("'", "").split()
+        if words[:5] != ["kafka-acls.sh", "--add", "--allow-principal", "User:exporter",
+                         "--operation"]:
+            continue
+        operation, resource = _OPERATIONS[words[5]], words[6:]
+        if resource == ["--cluster"]:
+            grants.append((ResourceType.CLUSTER, "kafka-cluster", operation))
+        else:
+            grants.append((_RESOURCES[resource[0]], resource[1], operation))
+    assert grants, "no kafka-acls.sh line for User:exporter in README.md"
+    return tuple(grants)
+
+
+README_GRANTS = readme_grants()
 
 
 def start_secure_kafka(version: str, workdir: Path) -> SecureKafka:

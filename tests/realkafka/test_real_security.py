@@ -107,7 +107,8 @@ def poll(settings: ClusterSettings, times: int = 1) -> tuple[ClusterObservation,
 def test_every_mechanism_over_tls_polls_and_finds_the_late_hanging_transaction(
     world: World, mechanism: str
 ) -> None:
-    """README's grants are enough: no request refused, blocked groups known."""
+    """README's grants (its kafka-acls.sh lines, parsed) are enough: no request refused,
+    blocked groups and compaction known."""
     observation, snapshot = poll(world.kafka.settings("exporter", mechanism))
     assert [(b.broker_id, b.up) for b in snapshot.brokers] == [(1, True)]
     assert observation.request_errors == ()
