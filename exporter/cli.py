@@ -18,7 +18,7 @@ from typing import Any
 
 from exporter.config import Overrides, env_help, load_settings
 from exporter.errors import EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, ConfigError, say
-from exporter.scan import add_orphan_check_argument
+from exporter.scan import EXIT_STATUS_HELP, add_orphan_check_argument
 from exporter.version import PROG
 
 _CONFIG_HELP = """\
@@ -123,8 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
             "When it sees open transactions not yet late it polls again at once to ask their "
             "coordinators, "
             "and once more --orphan-check-seconds later only to confirm one found not tracked. "
-            "Exit status: 0 nothing hanging, 1 a hanging or orphaned transaction was found, "
-            "2 error."
+            + EXIT_STATUS_HELP
         ),
         epilog=_CONFIG_HELP + "\n" + env_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -43,6 +43,23 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_HANGING = 1
 EXIT_ERROR = 2
+"""Bad configuration, or an error with none of the causes below."""
+EXIT_AUTHENTICATION_FAILED = 3
+"""SASL refused: wrong user or password, mechanism not enabled."""
+EXIT_TLS_FAILED = 4
+"""TLS handshake failed: certificate not trusted by the CA, hostname not in it, refused; or
+the listener speaks TLS and the client not (or the other way round)."""
+EXIT_UNREACHABLE = 5
+"""No broker reached: connection refused, unknown host, no route."""
+EXIT_TIMEOUT = 6
+"""Connected (or connecting) but no answer in time."""
+EXIT_STATUS_HELP = (
+    "Exit status: 0 nothing hanging, 1 a hanging or orphaned transaction was found, "
+    "2 bad configuration (or another error), 3 authentication failed (SASL), 4 TLS failed "
+    "(certificate not trusted, wrong hostname, listener and tls setting disagree), "
+    "5 cluster unreachable, 6 timed out; with "
+    "several clusters failing, the lowest of their codes."
+)
 
 COLUMNS = (
     "Topic",
@@ -61,6 +78,43 @@ COLUMNS = (
 
 DEFAULT_ORPHAN_CHECK_SECONDS = 2.0
 ScanFn = Callable[[ClusterSettings], ClusterSnapshot]
+
+
+class ClusterFailed(Exception):
+    """No broker of the cluster answered: one line naming the cause, and its exit status."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def cluster_failure(error: Exception | None) -> ClusterFailed:
+    """The cause of a failed Metadata (docs/kafka-semantics.md#connection-failures), with the
+    collect layer's message: the broker's own words for SASL (never a credential)."""
+    from exporter.collect.connection import (
+        AuthenticationFailed,
+        BrokerUnreachable,
+        ConnectTimeout,
+        RequestTimeout,
+        TlsConnectionClosed,
+        TlsFailed,
+    )
+
+    if error is None:
+        return ClusterFailed("cluster not reachable (no broker answered)", EXIT_UNREACHABLE)
+    causes: tuple[tuple[type[Exception], str, int], ...] = (
+        (TlsFailed, "TLS failed", EXIT_TLS_FAILED),
+        (TlsConnectionClosed, "TLS failed", EXIT_TLS_FAILED),
+        (AuthenticationFailed, "authentication failed", EXIT_AUTHENTICATION_FAILED),
+        (ConnectTimeout, "timed out", EXIT_TIMEOUT),
+        (RequestTimeout, "timed out", EXIT_TIMEOUT),
+        (BrokerUnreachable, "unreachable", EXIT_UNREACHABLE),
+    )
+    for kind, label, code in causes:
+        if isinstance(error, kind):
+            return ClusterFailed(f"{label}: {error}", code)
+    return ClusterFailed(f"no usable answer: {getattr(error, 'kind', 'ERROR')}: {error}",
+                         EXIT_ERROR)
 
 
 def _orphan_check_seconds(text: str) -> float:
@@ -93,7 +147,10 @@ def scan_cluster(
 
     poller = ClusterPoller(settings)
     try:
-        return poll_with_orphan_check(poller, settings, orphan_check_seconds, sleep)[1]
+        snapshot = poll_with_orphan_check(poller, settings, orphan_check_seconds, sleep)[1]
+        if not snapshot.up:
+            raise cluster_failure(poller.metadata_error)
+        return snapshot
     finally:
         poller.close()
 
@@ -252,22 +309,26 @@ def run_scan(
     scan_fn: ScanFn | None = None,
     orphan_check_seconds: float = DEFAULT_ORPHAN_CHECK_SECONDS,
 ) -> int:
-    """Poll every cluster; print; return the exit status (0 ok, 1 hanging or orphaned, 2
-    error)."""
+    """Poll every cluster; print; return the exit status (EXIT_STATUS_HELP)."""
     if scan_fn is None:
         scan_fn = partial(scan_cluster, orphan_check_seconds=orphan_check_seconds)
     rows: list[ScanRow] = []
     errors: dict[str, str] = {}
+    error_codes: list[int] = []
     notes: list[str] = []
     exposure: dict[str, dict[str, Any]] = {}
     for cluster in clusters:
         try:
             snapshot = scan_fn(cluster)
+            if not snapshot.up:
+                raise cluster_failure(None)
+        except ClusterFailed as exc:
+            errors[cluster.name] = str(exc)
+            error_codes.append(exc.exit_code)
+            continue
         except Exception as exc:
             errors[cluster.name] = f"{type(exc).__name__}: {exc}"
-            continue
-        if not snapshot.up:
-            errors[cluster.name] = "cluster not reachable (no broker answered)"
+            error_codes.append(EXIT_ERROR)
             continue
         rows.extend(rows_of(snapshot))
         exposure[cluster.name] = exposure_of(snapshot)
@@ -307,6 +368,6 @@ def run_scan(
         err.write(f"note: {note}\n")
     for name, message in errors.items():
         err.write(f"error: cluster {name}: {message}\n")
-    if errors:
-        return EXIT_ERROR
+    if error_codes:
+        return min(error_codes)
     return EXIT_HANGING if hanging or orphaned else EXIT_OK

@@ -12,12 +12,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from exporter_factories import NOW_MS, broker, late, open_txn, orphaned, snapshot
 
 from exporter import __version__
 from exporter.model import Classification, ClusterSnapshot, PartitionVerification
-from exporter.scan import COLUMNS, EXIT_ERROR, EXIT_HANGING, EXIT_OK, run_scan
+from exporter.scan import (
+    COLUMNS,
+    EXIT_AUTHENTICATION_FAILED,
+    EXIT_ERROR,
+    EXIT_HANGING,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    ClusterFailed,
+    run_scan,
+)
 from exporter.settings import ClusterSettings
 
 
@@ -204,12 +213,28 @@ def test_scan_notes_an_old_cluster_and_a_low_transaction_version() -> None:
     assert scan_with(unknown)[2] == ""
 
 
-@pytest.mark.parametrize("failure", [ConnectionError("refused"), None])
-def test_scan_error_exits_2(failure: Exception | None) -> None:
-    item: ClusterSnapshot | Exception = failure or snapshot("c1", up=False)
-    code, _, err = scan_with(item)
+def test_scan_error_exits_2() -> None:
+    code, _, err = scan_with(ConnectionError("refused"))
     assert code == EXIT_ERROR
     assert "cluster c1" in err
+
+
+def test_scan_of_a_cluster_no_broker_answered_exits_unreachable() -> None:
+    code, _, err = scan_with(snapshot("c1", up=False))
+    assert code == EXIT_UNREACHABLE
+    assert err == "error: cluster c1: cluster not reachable (no broker answered)\n"
+
+
+def test_scan_with_several_failed_clusters_exits_with_the_lowest_cause() -> None:
+    code, _, err = scan_with(ClusterFailed("timed out: x", EXIT_TIMEOUT),
+                             ClusterFailed("authentication failed: y", EXIT_AUTHENTICATION_FAILED),
+                             snapshot("c3", up=False))
+    assert code == EXIT_AUTHENTICATION_FAILED
+    assert err.splitlines() == [
+        "error: cluster c1: timed out: x",
+        "error: cluster c2: authentication failed: y",
+        "error: cluster c3: cluster not reachable (no broker answered)",
+    ]
 
 
 def test_scan_error_wins_over_hanging_and_multi_cluster_column() -> None:

@@ -200,7 +200,10 @@ class ClusterClient:
                     request, self.timeout_seconds, decode
                 )
             except CollectError as exc:
-                last_error = exc
+                # The most telling failure is reported: a broker that answered (refused our
+                # credentials or certificate) over one that timed out over one not reached.
+                if _telling(exc) >= _telling(last_error):
+                    last_error = exc
                 continue
             if topics is None:
                 self.brokers = dict(view.brokers)
@@ -226,6 +229,13 @@ class ClusterClient:
 
     async def close(self) -> None:
         await self.pool.close()
+
+
+def _telling(error: CollectError) -> int:
+    """How much a failure says about the cluster: not reached 0, timed out 1, answered 2."""
+    if isinstance(error, BrokerUnreachable):
+        return 0
+    return 1 if isinstance(error, RequestTimeout) else 2
 
 
 _decode_metadata_response = lean(MetadataResponse)

@@ -67,6 +67,22 @@ class AuthenticationFailed(CollectError):
     kind = "AUTHENTICATION_FAILED"
 
 
+class TlsFailed(AuthenticationFailed):
+    """The TLS handshake failed: certificate not trusted, hostname not in it, refused. Counted as
+    AUTHENTICATION_FAILED, as Kafka's Java client counts its SslAuthenticationException (a
+    subclass of AuthenticationException); `scan` tells the two apart."""
+
+
+class TlsConnectionClosed(BrokerUnreachable):
+    """The broker closed the connection during the TLS handshake (a listener that does not
+    speak TLS does so). Counted as BROKER_UNREACHABLE; `scan` reports it as a TLS failure."""
+
+
+class ConnectTimeout(BrokerUnreachable):
+    """The TCP (or TLS) connect did not finish in time: counted as BROKER_UNREACHABLE; `scan`
+    reports it as a timeout."""
+
+
 class UnsupportedApi(CollectError):
     """The broker does not offer this API in any version this client can speak."""
 
@@ -133,13 +149,23 @@ class BrokerConnection:
                 timeout,
             )
         except TimeoutError as exc:
-            raise BrokerUnreachable(f"connect to {self.host}:{self.port} timed out") from exc
+            raise ConnectTimeout(
+                f"connect to {self.host}:{self.port} timed out after {timeout:g} s"
+            ) from exc
         except ssl.SSLError as exc:
-            raise AuthenticationFailed(
-                f"TLS handshake with {self.host}:{self.port}: {exc}"
+            raise TlsFailed(f"TLS handshake with {self.host}:{self.port}: {exc}") from exc
+        except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+            if self._options.ssl_context is None:
+                raise BrokerUnreachable(f"connect to {self.host}:{self.port}: {exc!r}") from exc
+            # TCP was up: the only exchange yet is the handshake.
+            raise TlsConnectionClosed(
+                f"TLS handshake with {self.host}:{self.port}: the broker closed the connection "
+                f"({exc!r}); does this listener speak TLS?"
             ) from exc
         except OSError as exc:
-            raise BrokerUnreachable(f"connect to {self.host}:{self.port}: {exc}") from exc
+            raise BrokerUnreachable(
+                f"connect to {self.host}:{self.port}: {exc or repr(exc)}"
+            ) from exc
         except (OverflowError, ValueError) as exc:
             # An address no socket can use: a port outside 0-65535, a NUL in the host, a name
             # IDNA cannot encode. It comes from config or from a broker's Metadata answer; it
@@ -205,9 +231,11 @@ class BrokerConnection:
             timeout,
         )
         if handshake.error_code != 0:
+            enabled = list(handshake.mechanisms)
+            hint = "" if enabled else ": this listener takes no SASL (PLAINTEXT or SSL)"
             raise AuthenticationFailed(
-                f"SASL mechanism {sasl.mechanism} refused: {error_name(handshake.error_code)}"
-                f" (enabled: {list(handshake.mechanisms)})"
+                f"SASL mechanism {sasl.mechanism} refused by {self.host}:{self.port}: "
+                f"{error_name(handshake.error_code)} (enabled: {enabled}){hint}"
             )
         security_protocol = "SASL_SSL" if self._options.ssl_context else "SASL_PLAINTEXT"
         # Here, not at the top: kafka.net is kafka-python's whole network client, which only
@@ -237,8 +265,8 @@ class BrokerConnection:
             if response.error_code != 0:
                 # Never include credentials; the broker's message names only the principal.
                 raise AuthenticationFailed(
-                    f"SASL {sasl.mechanism}: {error_name(response.error_code)}"
-                    f" {response.error_message or ''}".rstrip()
+                    f"SASL {sasl.mechanism} with {self.host}:{self.port}: "
+                    f"{error_name(response.error_code)} {response.error_message or ''}".rstrip()
                 )
             try:
                 mechanism.receive(bytes(response.auth_bytes))
@@ -322,6 +350,12 @@ class BrokerConnection:
                     error = DecodeError(f"invalid frame size {size}")
                     break
                 if size > self._options.max_response_bytes:
+                    if self._options.ssl_context is None and _is_tls_record_header(size):
+                        error = TlsFailed(
+                            f"{self.host}:{self.port} answered with a TLS record: its listener "
+                            "expects TLS (SSL or SASL_SSL), configure a `tls` section"
+                        )
+                        break
                     error = DecodeError(
                         f"response frame of {size} bytes from {self.host}:{self.port} exceeds "
                         f"max_response_bytes ({self._options.max_response_bytes})"
@@ -344,7 +378,14 @@ class BrokerConnection:
                 else:
                     future.set_result(response)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            error = BrokerUnreachable(f"connection to {self.host}:{self.port} lost: {exc!r}")
+            if isinstance(exc, ssl.SSLError) and "ALERT" in str(exc.reason or ""):
+                # TLS 1.3: a broker refusing the client certificate sends its alert after the
+                # client's handshake finished, so the first read fails.
+                error = TlsFailed(f"TLS with {self.host}:{self.port}: {exc}")
+            else:
+                error = BrokerUnreachable(
+                    f"connection to {self.host}:{self.port} lost: {exc!r}"
+                )
         except asyncio.CancelledError:
             error = BrokerUnreachable("connection closed")
             self._fail(error)
@@ -372,6 +413,12 @@ class BrokerConnection:
         if writer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+
+def _is_tls_record_header(size: int) -> bool:
+    """The 4 bytes read as a frame size are a TLS record's start: content type alert (21) or
+    handshake (22), then major version 3 (RFC 8446 5.1): a TLS listener answering plaintext."""
+    return (size >> 24) in (21, 22) and (size >> 16) & 0xFF == 3
 
 
 def _name(decode: Decoder) -> str:

@@ -78,6 +78,9 @@ class ClusterPoller:
         """Consecutive polls whose coordinator answers extended `_untracked_polls`: once they
         reach ORPHANED_AFTER_POLLS, an orphan untracked all along is reported (warm)."""
         self._closed = False
+        self.metadata_error: CollectError | None = None
+        """Why the last poll's Metadata failed (no broker answered); None when it answered.
+        `scan` names the cause from it (authentication, TLS, unreachable, timeout)."""
 
     def poll(self) -> ClusterObservation:
         with self._lock:
@@ -115,6 +118,7 @@ class ClusterPoller:
         try:
             meta = await client.metadata()
         except CollectError as exc:
+            self.metadata_error = exc
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
             self._untracked_polls = {}  # no answer this poll: "consecutive" starts again
@@ -130,6 +134,7 @@ class ClusterPoller:
                 request_errors=tuple(state.request_errors),
                 poll_duration_seconds=time.monotonic() - started,
             )
+        self.metadata_error = None
         state.unobserved.update(meta.leaderless)
 
         listed, _, _ = await asyncio.gather(

@@ -334,7 +334,7 @@ def handle_describe_configs(state: ClusterState, ctx: RequestContext, req: Any) 
                            f"but received {rname}")
         elif rtype == 2:  # TOPIC
             t = state.topics.get(rname)
-            if not state.authorized(ctx.principal, "DESCRIBE", rname):
+            if not state.authorized(ctx.principal, "DESCRIBE_CONFIGS", rname):
                 error, message = TOPIC_AUTHORIZATION_FAILED, None
             elif t is None:
                 error, message = UNKNOWN_TOPIC_OR_PARTITION, None

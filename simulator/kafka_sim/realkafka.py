@@ -481,8 +481,13 @@ def _accepts(port: int) -> bool:
 
 
 def _kraft_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as random-uuid)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as random-uuid).
+    Never one starting with "-" (1 in 64), which the tools' parser takes for an option; Kafka's
+    own `Uuid.randomUuid` redraws those for the same reason."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def start_cluster(

@@ -50,7 +50,7 @@ _RESTORED_DEFAULTS: dict[str, str] = {
 # ProducerStateManager's check interval (producer.id.expiration.check.interval.ms, internal).
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
-OPERATIONS = ("ALL", "READ", "WRITE", "DESCRIBE")
+OPERATIONS = ("ALL", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS")
 CLUSTER_OPERATION_CODES: dict[str, int] = {
     "CREATE": 5, "ALTER": 7, "DESCRIBE": 8, "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10,
     "ALTER_CONFIGS": 11, "IDEMPOTENT_WRITE": 12,
@@ -533,7 +533,9 @@ class ClusterState:
         """Deny `principal` ("User:name") an operation on a topic (ALL, READ, WRITE, DESCRIBE).
 
         DescribeProducers needs READ; Metadata, ListOffsets and DescribeTransactions need
-        DESCRIBE; Produce and AddPartitionsToTxn need WRITE; Fetch needs READ.
+        DESCRIBE; Produce and AddPartitionsToTxn need WRITE; Fetch needs READ; DescribeConfigs
+        needs DESCRIBE_CONFIGS, which neither READ nor DESCRIBE implies on a real broker
+        (docs/kafka-semantics.md#acls-on-a-real-broker).
         """
         op = operation.upper()
         if op not in OPERATIONS:

@@ -128,7 +128,8 @@ def test_scan_never_shows_the_password(sasl_sim: SimCluster, tmp_path: Path, mec
             [sys.executable, "-m", "exporter", "scan", "--config", str(config),
              "--output", output],
             env=clean_env(), capture_output=True, text=True, timeout=60)
-        assert result.returncode == (1 if password == RIGHT else 2), result.stderr
+        # 3: authentication failed (README, exit status of `scan`)
+        assert result.returncode == (1 if password == RIGHT else 3), result.stderr
         assert_no_secret(result.stdout + result.stderr, password, f"scan --output {output}")
 
 
