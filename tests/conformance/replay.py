@@ -22,7 +22,12 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka_sim.client import ConnectionClosedError, RawKafkaClient, response_class
+from kafka_sim.client import (
+    ConnectionClosedError,
+    KafkaProtocolError,
+    RawKafkaClient,
+    response_class,
+)
 from kafka_sim.producer import (
     OpenTransaction,
     TransactionResult,
@@ -34,7 +39,7 @@ from kafka_sim.producer import (
 from simhelpers import CAPTURE_BROKER_CONFIG
 
 from .harness import Capture, load_captures
-from .probes import control_batch_timestamp, fetch_from_start_request
+from .probes import control_batch_timestamp, fetch_from_start_request, topic_id
 
 TOPICS = {"txn-open": 3, "txn-committed": 1, "hang-test": 3}
 BROKER_CONFIG = CAPTURE_BROKER_CONFIG
@@ -43,6 +48,7 @@ HANG_BACKDATE_MS = 400000
 TIMEOUT_AFTER_ADVANCE_MS = 25000
 FINAL_AFTER_OPEN_START_MS = 80000
 SWEEP_WAIT_SECONDS = 5.0
+COORDINATOR_LOAD_IN_PROGRESS = 14
 CLOSE_WAIT_SECONDS = 3.0
 
 # Record keys and values as in the capture's decoded record batches (26, 33, 35, 49), so batch
@@ -222,7 +228,9 @@ class Replay:
 
     # --- the timeline ------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, *, timeouts: bool = True) -> None:
+        """The capture's timeline; `timeouts=False` stops after the ERRORS phase (41), before
+        the phases that need 25 s and 80 s of broker time (a live broker cannot skip them)."""
         f = self.facts
         for file in ("01-apiversions-v3.json", "02-apiversions-v0.json", "03-apiversions-v4.json"):
             self.send(file)
@@ -247,13 +255,26 @@ class Replay:
             self.send(file)
 
         def idempotent() -> None:
-            f.idempotent = idempotent_producer_write(
-                self.bootstrap,
-                "txn-committed",
-                0,
-                records=[IDEMPOTENT_RECORD],
-                now_ms=self.now_ms,
-            )
+            # A fresh real broker answers its first InitProducerId with
+            # COORDINATOR_LOAD_IN_PROGRESS (14) until its producer id block arrives from the
+            # controller; a client retries (Kafka's InitProducerIdRequest handling).
+            deadline = time.monotonic() + SWEEP_WAIT_SECONDS
+            while True:
+                try:
+                    f.idempotent = idempotent_producer_write(
+                        self.bootstrap,
+                        "txn-committed",
+                        0,
+                        records=[IDEMPOTENT_RECORD],
+                        now_ms=self.now_ms,
+                    )
+                    return
+                except KafkaProtocolError as exc:
+                    if exc.error_code != COORDINATOR_LOAD_IN_PROGRESS:
+                        raise
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
         self.step("idempotent producer (pid 0) writes 1 record to txn-committed-0", idempotent)
 
@@ -269,6 +290,9 @@ class Replay:
                 one_batch_per_record=False,
                 now_ms=self.now_ms,
             )
+            # The coordinator writes the COMMIT markers after EndTxn has answered: a live 3.9
+            # broker still says PrepareCommit for a moment (the simulator completes at once).
+            self.wait_for_state("tx-committed-1", "CompleteCommit")
             f.committed_window = Window(lo, self.now_ms())
 
         self.step("tx-committed-1 (pid 1) commits 2 records to txn-committed-0", committed)
@@ -316,6 +340,9 @@ class Replay:
 
         for n in range(27, 42):
             self.send(self._file(n))  # 40 closes the connection; 41 goes on a new one
+        if not timeouts:
+            self.close()
+            return
 
         def timeout_txn() -> None:
             txn = open_transaction(
@@ -360,6 +387,11 @@ class Replay:
 
     def _learn_topic_ids(self) -> None:
         resp = self.decoded("04-metadata-v13-topics.json")
+        if resp is None and self.exchanges["04-metadata-v13-topics.json"].closed:
+            # A broker without Metadata v13 (3.9: v12) closed the connection: ask with v12.
+            for name in TOPICS:
+                self.facts.sim_topic_ids[name] = str(topic_id(self.cluster, name))
+            return
         if resp is None:
             raise RuntimeError("no Metadata answer")
         for topic in resp.topics:
