@@ -142,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Start the embedded simulated Kafka cluster, run committed, aborted and long-running "
             "transactions plus (after a short while) a hanging one, and serve the exporter on "
-            "it. kafka_partitions_with_late_transactions turns 1 within about two minutes."
+            "it. kafka_partitions_with_late_transactions turns 1 within about two minutes. "
+            "With --kafka real, the same on a real local Apache Kafka broker "
+            "(scripts/install-kafka), its hanging transaction backdated: late at once."
         ),
     )
     demo_p.add_argument("--web.listen-address", dest="web_listen_address", default="127.0.0.1",

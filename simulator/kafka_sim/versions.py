@@ -60,6 +60,10 @@ class VersionProfile:
     list_offsets_in_request_order: bool = False
     """ListOffsets answers a topic's partitions in request order (a live 3.9.2 broker) instead of
     the 4.x hash order (groups capture 05: 1, 0, 2)."""
+    timeout_abort_fences_under_tv2: bool = True
+    """A timed-out transaction under transaction.version 2: the 4.0.0 coordinator fences (epoch
+    + 1) and the abort bumps again (captures 47/48: 0 -> 2); live 4.0.2 and 4.4.0 brokers end
+    at 1 (the fence is not added)."""
     classic_group_coordinator: bool = False
     """The pre-4.0 group coordinator (3.9's default): ListGroups walks one ConcurrentHashMap of
     every group (GroupMetadataManager.groupMetadataCache), not per-shard TimelineHashMaps."""
@@ -318,6 +322,7 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
             supported_features=_KAFKA_4_0_SUPPORTED_FEATURES,
             finalized_features_epoch=_KAFKA_4_0_FINALIZED_EPOCH,
             finalized_features=_KAFKA_4_0_FINALIZED_FEATURES,
+            timeout_abort_fences_under_tv2=False,
         ),
         "4.4": VersionProfile(
             name="4.4",
@@ -326,6 +331,7 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
             finalized_features_epoch=_KAFKA_4_4_FINALIZED_EPOCH,
             finalized_features=_KAFKA_4_4_FINALIZED_FEATURES,
             metadata_partitions_in_index_order=True,
+            timeout_abort_fences_under_tv2=False,
         ),
         # Synthetic: 4.0 plus the trunk ranges docs/kafka-semantics.md lists for
         # ListTransactions (0-2, v2 adds TransactionalIdPattern) and WriteTxnMarkers (1-2).

@@ -228,9 +228,22 @@ class Replay:
 
     # --- the timeline ------------------------------------------------------------------------
 
-    def run(self, *, timeouts: bool = True) -> None:
+    def run(
+        self,
+        *,
+        timeouts: bool = True,
+        timeout_txn_ms: int = 10000,
+        timeout_advance_ms: int = TIMEOUT_AFTER_ADVANCE_MS,
+        final: bool = True,
+        after_errors: Callable[[], object] | None = None,
+        after_final: Callable[[], object] | None = None,
+    ) -> None:
         """The capture's timeline; `timeouts=False` stops after the ERRORS phase (41), before
-        the phases that need 25 s and 80 s of broker time (a live broker cannot skip them)."""
+        the phases that need 25 s and 80 s of broker time (a live broker cannot skip them).
+        `after_errors` / `after_final` run where the capture ran Kafka's CLI and JMX tools
+        (42-44, 54): scripts/refresh-captures records them there. A live comparison shortens
+        tx-timeout-1 (`timeout_txn_ms`, `timeout_advance_ms`) and leaves out FINAL (50-54,
+        which waits 80 s for tx-open-1's 60 s timeout): `final=False`."""
         f = self.facts
         for file in ("01-apiversions-v3.json", "02-apiversions-v0.json", "03-apiversions-v4.json"):
             self.send(file)
@@ -340,33 +353,41 @@ class Replay:
 
         for n in range(27, 42):
             self.send(self._file(n))  # 40 closes the connection; 41 goes on a new one
+        if after_errors is not None:
+            self.step("CLI and JMX after ERRORS", after_errors)
         if not timeouts:
             self.close()
             return
 
         def timeout_txn() -> None:
             txn = open_transaction(
-                self.bootstrap, "tx-timeout-1", transaction_timeout_ms=10000, now_ms=self.now_ms
+                self.bootstrap,
+                "tx-timeout-1",
+                transaction_timeout_ms=timeout_txn_ms,
+                now_ms=self.now_ms,
             )
             lo = self.now_ms()
             txn.send("txn-open", 2, [TIMEOUT_RECORD])
             f.timeout_add_window = Window(lo, self.now_ms())
             f.timeout_txn = txn.abandon()
 
-        self.step("tx-timeout-1 (pid 4, 10 s) writes to txn-open-2, abandoned", timeout_txn)
+        self.step("tx-timeout-1 (pid 4) writes to txn-open-2, abandoned", timeout_txn)
         self.send("45-timeout-before-describeproducers-txn-open-2.json")
         self.send("46-timeout-before-describetransactions-tx-timeout-1.json")
 
         def timeout_after() -> None:
             lo = self.now_ms()
-            self.cluster.clock.advance(TIMEOUT_AFTER_ADVANCE_MS)
+            self.cluster.clock.advance(timeout_advance_ms)
             self.wait_for_state("tx-timeout-1", "CompleteAbort")
             f.timeout_abort_window = Window(lo, self.now_ms())
 
-        self.step("advance the clock 25 s (tx-timeout-1 times out)", timeout_after)
+        self.step("advance the clock (tx-timeout-1 times out)", timeout_after)
         for n in (47, 48, 49):
             self.send(self._file(n))
         self.step("timeout ABORT marker timestamp", self._timeout_marker)
+        if not final:
+            self.close()
+            return
 
         def final() -> None:
             start = f.open_add_window.lo_ms if f.open_add_window else self.now_ms()
@@ -379,6 +400,8 @@ class Replay:
         for n in (50, 51, 52, 53):
             self.send(self._file(n))
         self.step("tx-open-1 ABORT marker timestamp", self._open_marker)
+        if after_final is not None:
+            self.step("JMX after FINAL", after_final)
         self.close()
 
     def _file(self, n: int) -> str:

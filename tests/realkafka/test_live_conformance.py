@@ -7,8 +7,9 @@ hanging transaction, a compacted topic) run on a fresh real broker of each versi
 matrix and on a fresh simulator with that version's profile (conformance.live.SIM_PROFILE_FOR).
 Every captured request is sent, as recorded, to both; every answer of the simulator is compared
 with the broker's field by field. Allowed differences: conformance.live.LIVE_NORMALISATIONS.
-The phases after ERRORS (a transaction timing out after 25 s, the 80 s final snapshot) need
-real broker time and stay covered by the frozen captures (tests/conformance).
+TIMEOUT runs shortened (a 1 s transaction timeout, 1.5 s on); FINAL (50-54) waits 80 s for a
+60 s timeout and stays covered by the frozen captures (tests/conformance) and
+scripts/refresh-captures.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from conformance.live import (
 from conformance.replay import NODE_ID
 from kafka_sim.realkafka import start_cluster
 
-TXN_FILES = [f for f in exchange_files() if int(f[:2]) <= 41]
-"""The transactions capture up to its ERRORS phase (42-54 need minutes of broker time)."""
+TXN_FILES = [f for f in exchange_files() if int(f[:2]) <= 49]
+"""The transactions capture up to its TIMEOUT phase (FINAL, 50-54, needs 80 s of broker time)."""
 GROUP_FILES = exchange_files(GROUPS_DATA_DIR)
 
 
