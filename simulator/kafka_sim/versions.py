@@ -21,6 +21,9 @@ Features (KIP-584) are only filled in where known: the ZooKeeper-mode 2.x/3.x br
 modelled with none (finalized epoch -1, the schema default); 4.1 reuses the 4.0 capture's
 feature levels, which are not verified for 4.1 (only `transaction.version` affects the
 simulator, and 2 is the default finalized level of new 4.x clusters).
+The "3.9", "4.0.2" and "4.4" profiles are the ApiVersions v4 answers of live KRaft brokers of
+the matrix (scripts/kafka-versions), verbatim, with the behaviours the live comparison
+(tests/realkafka/test_live_conformance.py) found different from 4.0.0 as flags.
 The remaining profiles are derived from 4.0 by changing only rows
 docs/kafka-semantics.md#versions-by-release documents, so the exporter's fallbacks can be
 exercised; they are labelled synthetic.

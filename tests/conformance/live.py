@@ -506,3 +506,143 @@ def broker_properties(real: RealKafkaCluster, node_id: int = NODE_ID) -> dict[st
         if sep and not line.startswith("#"):
             props[key.strip()] = value.strip()
     return props
+
+
+# ---------------------------------------------------------------------------------------------
+# The exporter's own requests, at the versions it negotiates with each side
+
+EXPORTER_CLIENT_ID = "kafka-txn-exporter"
+
+
+class _Negotiator:
+    """The exporter's version choice (BrokerConnection.version_for) against one side's
+    ApiVersions answer, for the exporter's request builders."""
+
+    def __init__(self, api_versions: dict[int, tuple[int, int]]) -> None:
+        self.api_versions = api_versions
+
+    def version_for(self, request_class: Any, max_version: int | None = None) -> int:
+        from exporter.collect.connection import BrokerConnection
+
+        version: int = BrokerConnection.version_for(
+            self,  # type: ignore[arg-type]
+            request_class,
+            max_version,
+        )
+        return version
+
+
+def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
+    """(name, request) for every API the exporter sends, built by the exporter's own builders
+    (exporter/collect/client.py) at the version it would choose with this side."""
+    import uuid
+
+    from kafka.protocol.metadata.metadata import MetadataRequest
+
+    from exporter.collect import client as c
+
+    resp = side.txn.decoded("01-apiversions-v3.json")
+    neg = _Negotiator({a.api_key: (a.min_version, a.max_version) for a in resp.api_keys})
+    ids = side.txn.facts.sim_topic_ids
+    topics = list(TXN_TOPICS)
+    out: list[tuple[str, Any]] = [
+        ("Metadata", c.build_metadata_request(topics, neg.version_for(MetadataRequest))),
+        ("DescribeCluster", c.describe_cluster_request()(neg)),
+        ("DescribeProducers", c.describe_producers_request(
+            [("hang-test", [0, 1, 2]), ("txn-open", [0, 1, 2])])(neg)),
+        ("ListTransactions", c.list_transactions_request()(neg)),
+        ("DescribeTransactions", c.describe_transactions_request(
+            ["tx-open-1", "hang-1", "tx-committed-1", "tx-timeout-1"])(neg)),
+        ("FindCoordinator transactions",
+         c.find_coordinator_requests(neg, ["tx-open-1", "hang-1"])[0]),  # type: ignore[arg-type]
+        ("FindCoordinator groups", c.find_group_coordinators_request(["grp-rc"])(neg)),
+        ("DescribeConfigs broker", c.describe_broker_config_request(NODE_ID)(neg)),
+        ("DescribeConfigs topics",
+         c.describe_topic_configs_request(["grp-test", "grp-compacted"])(neg)),
+        ("ListGroups", c.list_groups_request()(neg)),
+        ("OffsetFetch", c.offset_fetch_request(
+            ["grp-rc", "grp-ru", "grp-lagging"], [("grp-test", [0])])(neg)),
+        ("ListOffsets read_uncommitted",
+         c.list_offsets_request({"hang-test": [0], "txn-open": [0, 1, 2]}, 0)(neg)),
+        ("ListOffsets read_committed",
+         c.list_offsets_request({"hang-test": [0], "txn-open": [0, 1, 2]}, 1)(neg)),
+        ("Fetch", c.fetch_request(
+            "hang-test", uuid.UUID(ids["hang-test"]) if "hang-test" in ids else None, 0, 0
+        )(neg)),
+    ]
+    return out
+
+
+@dataclass
+class ExporterExchange:
+    name: str
+    api_key: int
+    version: int
+    response: bytes | None
+    error: str | None = None
+
+
+def send_exporter_requests(side: LiveRun) -> dict[str, ExporterExchange]:
+    """Each exporter request to this side's broker, on one connection, its answer kept."""
+    import traceback
+
+    from kafka_sim.client import RawKafkaClient
+
+    from exporter.collect.fastencode import LeanRequest
+
+    out: dict[str, ExporterExchange] = {}
+    host, port = side.txn.host, side.txn.port
+    client = RawKafkaClient(host, port, client_id=EXPORTER_CLIENT_ID)
+    try:
+        for correlation_id, (name, request) in enumerate(exporter_requests(side), start=1000):
+            if isinstance(request, LeanRequest):
+                framed = request.frame(correlation_id, EXPORTER_CLIENT_ID)
+                api_key, version = request.api_key, request.version
+            else:
+                request.with_header(correlation_id=correlation_id, client_id=EXPORTER_CLIENT_ID)
+                framed = bytes(request.encode(header=True, framed=True))
+                api_key, version = request.API_KEY, request.API_VERSION
+            ex = ExporterExchange(name, int(api_key), int(version), None)
+            out[name] = ex
+            try:
+                client.send_raw(framed[4:])
+                ex.response = client.receive_raw()
+            except Exception:
+                ex.error = traceback.format_exc(limit=3)
+                client.close()
+                client = RawKafkaClient(host, port, client_id=EXPORTER_CLIENT_ID)
+    finally:
+        client.close()
+    return out
+
+
+def compare_exporter_requests(
+    real: LiveRun,
+    sim: LiveRun,
+    real_ex: dict[str, ExporterExchange],
+    sim_ex: dict[str, ExporterExchange],
+    profile: str,
+) -> dict[str, LiveAnswer]:
+    from kafka_sim.client import response_class
+
+    out: dict[str, LiveAnswer] = {}
+    for name, r in real_ex.items():
+        s = sim_ex.get(name)
+        if s is None or r.response is None or s.response is None:
+            out[name] = LiveAnswer(name, [f"broker: {r.error}; simulator: {s and s.error}"], [])
+            continue
+        if (r.api_key, r.version) != (s.api_key, s.version):
+            out[name] = LiveAnswer(
+                name, [f"negotiated v{r.version} with the broker, v{s.version} with the sim"], []
+            )
+            continue
+        cls = response_class(r.api_key, r.version)
+        result = compare(
+            to_plain(cls.decode(r.response, version=r.version, header=True)),
+            to_plain(cls.decode(s.response, version=s.version, header=True)),
+            live_rules(real, sim, r.api_key, "", profile),
+        )
+        out[name] = LiveAnswer(
+            f"{name} v{r.version}", [str(m) for m in result.mismatches], result.normalised
+        )
+    return out

@@ -28,9 +28,11 @@ from conformance.live import (
     LiveBroker,
     LiveRun,
     broker_properties,
+    compare_exporter_requests,
     compare_live,
     live_rules,
     run_live,
+    send_exporter_requests,
     sim_profile_for,
 )
 from conformance.replay import NODE_ID
@@ -48,6 +50,8 @@ class Live:
     real: LiveRun
     sim: LiveRun
     answers: dict[str, LiveAnswer]
+    exporter: dict[str, LiveAnswer]
+    """The exporter's own requests (exporter/collect/client.py builders), by name."""
     seconds: float
     """Broker start, both scenarios and the comparison (issue 26 budget: 30 s per version)."""
 
@@ -62,6 +66,7 @@ def live(kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     real = start_cluster(kafka_version, workdir, broker_config=LIVE_BROKER_CONFIG)
     try:
         real_run = run_live(LiveBroker(real), create_topics=True)
+        real_exporter = send_exporter_requests(real_run)
     finally:
         real.stop()
     profile = sim_profile_for(kafka_version)
@@ -73,8 +78,13 @@ def live(kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         profile=profile,
     ) as sim:
         sim_run = run_live(sim, create_topics=False)
+        sim_exporter = send_exporter_requests(sim_run)
     answers = compare_live(real_run, sim_run, profile)
-    yield Live(kafka_version, profile, real_run, sim_run, answers, time.monotonic() - started)
+    exporter = compare_exporter_requests(real_run, sim_run, real_exporter, sim_exporter, profile)
+    yield Live(
+        kafka_version, profile, real_run, sim_run, answers, exporter,
+        time.monotonic() - started,
+    )  # fmt: skip
 
 
 def test_both_sides_ran_the_scenario(live: Live) -> None:
@@ -91,6 +101,27 @@ def test_simulator_answers_like_the_real_broker(live: Live, file: str) -> None:
     answer = live.answers[file]
     assert not answer.problems, (
         f"Kafka {live.version} vs simulator profile {live.profile}, {file}:\n"
+        + "\n".join(answer.problems)
+    )
+
+
+EXPORTER_REQUESTS = [
+    "Metadata", "DescribeCluster", "DescribeProducers", "ListTransactions",
+    "DescribeTransactions", "FindCoordinator transactions", "FindCoordinator groups",
+    "DescribeConfigs broker", "DescribeConfigs topics", "ListGroups", "OffsetFetch",
+    "ListOffsets read_uncommitted", "ListOffsets read_committed", "Fetch",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", EXPORTER_REQUESTS)
+def test_the_exporters_own_requests_are_answered_alike(live: Live, name: str) -> None:
+    """Every API the exporter sends, built by its own code at the version it negotiates with
+    each side (the same, since the profile's ApiVersions are the broker's), after both
+    scenarios: the simulator's answer field by field against the broker's."""
+    assert sorted(live.exporter) == sorted(EXPORTER_REQUESTS)
+    answer = live.exporter[name]
+    assert not answer.problems, (
+        f"Kafka {live.version} vs simulator profile {live.profile}, {answer.file}:\n"
         + "\n".join(answer.problems)
     )
 
