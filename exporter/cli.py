@@ -141,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Start the embedded simulated Kafka cluster, run committed, aborted and long-running "
             "transactions plus (after a short while) a hanging one, and serve the exporter on "
-            "it. kafka_partitions_with_late_transactions turns 1 within about two minutes."
+            "it. kafka_partitions_with_late_transactions turns 1 within about two minutes. "
+            "With --kafka real, the same on a real local Apache Kafka broker "
+            "(scripts/install-kafka), its hanging transaction backdated: late at once."
         ),
     )
     demo_p.add_argument("--web.listen-address", dest="web_listen_address", default="127.0.0.1",
@@ -155,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("debug", "info", "warning", "error", "critical"))
     demo_p.add_argument("--duration", metavar="SECONDS", type=float, default=None,
                         help="stop after this many seconds (default: run until Ctrl-C)")
+    demo_p.add_argument("--kafka", default="sim", choices=("sim", "real"),
+                        help="sim: the embedded simulator (default); real: a local Apache Kafka "
+                             "broker from the jars scripts/install-kafka installed (needs Java)")
+    demo_p.add_argument("--kafka.version", dest="kafka_version", default=None, metavar="VERSION",
+                        help="with --kafka real: which installed version (default: the newest)")
 
     sub.add_parser(
         "abort",
@@ -265,6 +272,8 @@ def _run(argv: Sequence[str] | None) -> int:
                 log_format=args.log_format,
                 log_level=args.log_level,
                 duration_seconds=args.duration,
+                kafka=args.kafka,
+                kafka_version=args.kafka_version,
             )
         except ConfigError as exc:
             return _config_error(exc)

@@ -186,10 +186,12 @@ class TransactionCoordinator:
     """All brokers' coordinator state; each request names the broker it reached."""
 
     def __init__(self, cluster: CoordinatorCluster, *, num_partitions: int,
-                 server_transaction_version: int) -> None:
+                 server_transaction_version: int,
+                 timeout_abort_fences_under_tv2: bool = True) -> None:
         self._cluster = cluster
         self.num_partitions = num_partitions
         self.server_transaction_version = server_transaction_version
+        self.timeout_abort_fences_under_tv2 = timeout_abort_fences_under_tv2
         self.producer_ids = ProducerIdManager()
         # __transaction_state partition -> transactional id -> metadata (insertion order kept)
         self._metadata: dict[int, dict[str, TransactionMetadata]] = {}
@@ -415,12 +417,14 @@ class TransactionCoordinator:
         """prepareFenceProducerEpoch + endTransaction(ABORT, isFromClient=false).
 
         The abort uses the server's transaction.version ("not from client, use server TV"), so
-        under transaction.version 2 the epoch goes up twice (captures 47, 48: 0 -> 2).
+        under transaction.version 2 a 4.0.0 broker raises the epoch twice (captures 47, 48:
+        0 -> 2); live 4.0.2 and 4.4.0 brokers only once, the abort's own bump (0 -> 1,
+        tests/realkafka/test_live_conformance.py): `timeout_abort_fences_under_tv2` False.
         """
-        if md.producer_epoch < SHORT_MAX:
+        tv = self.server_transaction_version
+        if md.producer_epoch < SHORT_MAX and (tv < 2 or self.timeout_abort_fences_under_tv2):
             md.producer_epoch += 1  # fence
         md.last_producer_epoch = NO_PRODUCER_EPOCH
-        tv = self.server_transaction_version
         self._prepare(md, False, bump_epoch=tv >= 2, coordinator_epoch=coordinator_epoch,
                       transaction_version=tv, no_partition_added=False)
 

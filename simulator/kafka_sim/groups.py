@@ -23,7 +23,7 @@ from kafka_sim.errors import (
     OFFSET_METADATA_TOO_LARGE,
     UNKNOWN_MEMBER_ID,
 )
-from kafka_sim.jvm_order import java_hash_map_order
+from kafka_sim.jvm_order import java_hash_map_order, java_string_hash, timeline_hash_map_order
 
 CLASSIC_GROUP_TYPE = "classic"
 EMPTY_STATE = "Empty"
@@ -129,13 +129,16 @@ class GroupCoordinator:
         partition_hash: Callable[[int], int],
         states_filter: Sequence[str],
         types_filter: Sequence[str],
+        one_map: bool = False,
     ) -> list[ClassicGroup]:
         """ListGroups on one broker: the groups of the __consumer_offsets partitions it leads.
 
         Kafka asks every coordinator shard it has loaded (a ConcurrentHashMap keyed by
         TopicPartition, so the shards come in that map's iteration order) and concatenates
         their answers; filters match case-insensitively. The order of several groups of one
-        shard is not known from a capture: they are listed in creation order.
+        shard come in the order of the shard's TimelineHashMap of groups (GroupMetadataManager
+        `groups`), built in creation order: a live 4.0.2 broker with 4 __consumer_offsets
+        partitions lists grp-lagging before grp-rc, both on partition 3.
         """
         states = {s.lower() for s in states_filter}
         types = {t.lower() for t in types_filter}
@@ -143,12 +146,21 @@ class GroupCoordinator:
         for group in self.groups.values():
             by_partition.setdefault(self._partition_for(group.group_id), []).append(group)
         shards = java_hash_map_order(list(owned_partitions), partition_hash, concurrent=True)
+        ordered: list[ClassicGroup] = []
+        if one_map:  # 3.9: one ConcurrentHashMap of all groups (a live 3.9.2 broker)
+            owned = set(owned_partitions)
+            ordered = java_hash_map_order(
+                [g for g in self.groups.values() if self._partition_for(g.group_id) in owned],
+                lambda g: java_string_hash(g.group_id), concurrent=True)
+        else:
+            for partition in shards:
+                ordered.extend(timeline_hash_map_order(
+                    by_partition.get(partition, []), lambda g: java_string_hash(g.group_id)))
         out: list[ClassicGroup] = []
-        for partition in shards:
-            for group in by_partition.get(partition, []):
-                if states and group.state.lower() not in states:
-                    continue
-                if types and CLASSIC_GROUP_TYPE not in types:
-                    continue
-                out.append(group)
+        for group in ordered:
+            if states and group.state.lower() not in states:
+                continue
+            if types and CLASSIC_GROUP_TYPE not in types:
+                continue
+            out.append(group)
         return out

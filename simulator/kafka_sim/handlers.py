@@ -147,8 +147,10 @@ def _metadata_partition_rows(state: ClusterState, t: Topic) -> list[MetadataPart
         hashes.append(error * _P6 + p.index * _P5 + leader * _P4 + p.leader_epoch * _P3
                       + list_hash(p.replicas) * _P2 + list_hash(p.isr) * 31
                       + list_hash(offline))
-    # Kafka maps the partitions into a Scala mutable.HashSet of MetadataResponsePartition, so
-    # they come out in that set's hash order (capture 04: 1, 2, 0).
+    if state.profile.metadata_partitions_in_index_order:
+        return sorted(rows, key=lambda row: row[1])  # a live 4.4.0 broker: by index
+    # Kafka 4.0 maps the partitions into a Scala mutable.HashSet of MetadataResponsePartition,
+    # so they come out in that set's hash order (capture 04: 1, 2, 0).
     return scala_mutable_hash_order_of(hashes, rows)
 
 
@@ -753,7 +755,9 @@ def handle_list_offsets(state: ClusterState, ctx: RequestContext, req: Any) -> A
             parts.append((lp.partition_index, NONE, ts, offset, epoch))
         # Topics come in request order, a topic's partitions in TopicPartition hash order
         # (groups 05/06: grp-test 1, 0, 2; 53: txn-open 0, 1, 2).
-        topics.append((lt.name, _in_hash_order(lt.name, parts)))
+        if not state.profile_for(ctx.broker_id).list_offsets_in_request_order:
+            parts = _in_hash_order(lt.name, parts)
+        topics.append((lt.name, parts))
     return LeanResponse(
         ListOffsetsResponse,
         lambda version: encode_list_offsets(version, topics),
@@ -1045,7 +1049,8 @@ def handle_list_groups(state: ClusterState, ctx: RequestContext, req: Any) -> An
     listed = state.groups.listed(
         state.group_partitions_led_by(ctx.broker_id), shard_hash,
         list(req.states_filter) if v >= 4 else [],
-        list(req.types_filter) if v >= 5 else [])
+        list(req.types_filter) if v >= 5 else [],
+        one_map=state.profile_for(ctx.broker_id).classic_group_coordinator)
     if not state.cluster_authorized(ctx.principal, "DESCRIBE"):
         # Without Describe on the cluster, only the groups the principal may Describe: no error.
         listed = [g for g in listed

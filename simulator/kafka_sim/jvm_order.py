@@ -142,3 +142,35 @@ def scala_immutable_set_order(items: Sequence[T], hash_of: Callable[[T], int]) -
         return singles + nodes
 
     return walk([(_scala_improve(hash_of(i) & _M), i) for i in unique], 0)
+
+
+_FIBONACCI = -7046029254386353131
+"""Knuth's multiplicative constant of org.apache.kafka.timeline.BaseHashTable.findSlot."""
+
+
+def timeline_hash_map_order(items: Sequence[T], hash_of: Callable[[T], int]) -> list[T]:
+    """org.apache.kafka.timeline.TimelineHashMap (BaseHashTable) built by adding `items` one by
+    one from an expected size of 0, iterated: slots in index order, a slot's elements in the
+    order they were added (separate chaining in an array that grows at the end).
+
+    Capacity starts at 2 and doubles before an insert when (size + 1) * 0.75 > capacity; a
+    rehash walks the old slots in order. slot = (hashCode * C as a 64-bit product) >>> (65 -
+    log2size), log2size = 32 - numberOfLeadingZeros(capacity).
+    """
+
+    def slot(item: T, capacity: int) -> int:
+        h = hash_of(item)
+        h = h - (1 << 32) if h >= 1 << 31 else h  # the int hashCode, sign-extended
+        shift = 65 - capacity.bit_length()
+        return ((h * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> shift
+
+    table: list[list[T]] = [[], []]
+    for size, item in enumerate(items):
+        if (size + 1) * 0.75 > len(table):
+            old = table
+            table = [[] for _ in range(len(old) * 2)]
+            for chain in old:
+                for moved in chain:
+                    table[slot(moved, len(table))].append(moved)
+        table[slot(item, len(table))].append(item)
+    return [item for chain in table for item in chain]

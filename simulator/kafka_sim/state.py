@@ -168,6 +168,7 @@ class ClusterState:
             self,
             num_partitions=self.config_int("transaction.state.log.num.partitions"),
             server_transaction_version=self.profile.transaction_version(),
+            timeout_abort_fences_under_tv2=self.profile.timeout_abort_fences_under_tv2,
         )
         self.groups = GroupCoordinator(self.group_partition_for)
         self._rng = random.Random()

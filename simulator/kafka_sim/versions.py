@@ -21,6 +21,9 @@ Features (KIP-584) are only filled in where known: the ZooKeeper-mode 2.x/3.x br
 modelled with none (finalized epoch -1, the schema default); 4.1 reuses the 4.0 capture's
 feature levels, which are not verified for 4.1 (only `transaction.version` affects the
 simulator, and 2 is the default finalized level of new 4.x clusters).
+The "3.9", "4.0.2" and "4.4" profiles are the ApiVersions v4 answers of live KRaft brokers of
+the matrix (scripts/kafka-versions), verbatim, with the behaviours the live comparison
+(tests/realkafka/test_live_conformance.py) found different from 4.0.0 as flags.
 The remaining profiles are derived from 4.0 by changing only rows
 docs/kafka-semantics.md#versions-by-release documents, so the exporter's fallbacks can be
 exercised; they are labelled synthetic.
@@ -56,6 +59,19 @@ class VersionProfile:
     finalized_features_epoch: int
     finalized_features: tuple[FinalizedFeature, ...]
     synthetic: bool = False
+    metadata_partitions_in_index_order: bool = False
+    list_offsets_in_request_order: bool = False
+    """ListOffsets answers a topic's partitions in request order (a live 3.9.2 broker) instead of
+    the 4.x hash order (groups capture 05: 1, 0, 2)."""
+    timeout_abort_fences_under_tv2: bool = True
+    """A timed-out transaction under transaction.version 2: the 4.0.0 coordinator fences (epoch
+    + 1) and the abort bumps again (captures 47/48: 0 -> 2); live 4.0.2 and 4.4.0 brokers end
+    at 1 (the fence is not added)."""
+    classic_group_coordinator: bool = False
+    """The pre-4.0 group coordinator (3.9's default): ListGroups walks one ConcurrentHashMap of
+    every group (GroupMetadataManager.groupMetadataCache), not per-shard TimelineHashMaps."""
+    """Metadata lists a topic's partitions by index (a live 4.4.0 broker) instead of in the
+    hash order of the Scala mutable.HashSet the 4.0 broker builds them in (capture 04: 1, 2, 0)."""
 
     def supported_features_for(self, api_versions_version: int) -> tuple[SupportedFeature, ...]:
         """ApiVersions v3 leaves out features whose min version is 0; v4+ lists all (01 vs 03)."""
@@ -197,6 +213,60 @@ _KAFKA_4_1_API_VERSIONS: dict[int, tuple[int, int]] = {
     90: (0, 0), 91: (0, 0), 92: (0, 0),
 }
 
+# Live real brokers (tests/realkafka/test_live_conformance.py): the ApiVersions v4 answers of
+# a fresh single-node KRaft Apache Kafka 3.9.2 and 4.4.0 (scripts/kafka-versions), verbatim:
+# `api_keys` in the broker's order, `supported_features`, `finalized_features` (the epoch is
+# the metadata offset of the last feature change, so it differs between clusters).
+_KAFKA_3_9_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 11), 1: (0, 17), 2: (0, 9), 3: (0, 12), 8: (0, 9), 9: (0, 9), 10: (0, 6), 11: (0, 9),
+    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 17: (0, 1), 18: (0, 4), 19: (0, 7),
+    20: (0, 6), 21: (0, 2), 22: (0, 5), 23: (0, 4), 24: (0, 5), 25: (0, 4), 26: (0, 4), 27: (0, 1),
+    28: (0, 4), 29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4),
+    36: (0, 2), 37: (0, 3), 38: (0, 3), 39: (0, 2), 40: (0, 2), 41: (0, 3), 42: (0, 2), 43: (0, 2),
+    44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1), 50: (0, 0), 51: (0, 0),
+    55: (0, 2), 57: (0, 1), 60: (0, 1), 61: (0, 0), 64: (0, 0), 65: (0, 0), 66: (0, 1), 68: (0, 0),
+    69: (0, 0), 74: (0, 0), 75: (0, 0), 80: (0, 0), 81: (0, 0),
+}
+_KAFKA_3_9_SUPPORTED_FEATURES = (
+    SupportedFeature("kraft.version", 0, 1),
+    SupportedFeature("metadata.version", 1, 21),
+)
+_KAFKA_3_9_FINALIZED_FEATURES = (
+    FinalizedFeature("metadata.version", 21, 21),
+)
+_KAFKA_3_9_FINALIZED_EPOCH = 31
+_KAFKA_4_4_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9),
+    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 17: (0, 1), 18: (0, 5), 19: (2, 7),
+    20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2),
+    28: (0, 6), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 34: (1, 2), 35: (1, 5),
+    36: (0, 2), 37: (0, 3), 38: (1, 3), 39: (1, 2), 40: (1, 2), 41: (1, 3), 42: (0, 3), 43: (0, 2),
+    44: (0, 1), 45: (0, 1), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1), 50: (0, 0), 51: (0, 0),
+    55: (0, 2), 57: (0, 2), 60: (0, 2), 61: (0, 0), 64: (0, 0), 65: (0, 0), 66: (0, 2), 68: (0, 1),
+    69: (0, 1), 74: (0, 1), 75: (0, 0), 76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 80: (0, 1),
+    81: (0, 0), 83: (0, 0), 84: (0, 0), 85: (0, 1), 86: (0, 0), 87: (0, 1), 88: (0, 1), 89: (0, 1),
+    90: (0, 1), 91: (0, 0), 92: (0, 0), 93: (0, 0), 94: (0, 0),
+}
+_KAFKA_4_4_SUPPORTED_FEATURES = (
+    SupportedFeature("group.version", 0, 1),
+    SupportedFeature("kraft.version", 0, 1),
+    SupportedFeature("metadata.version", 7, 33),
+    SupportedFeature("share.version", 0, 2),
+    SupportedFeature("streams.version", 0, 1),
+    SupportedFeature("transaction.version", 0, 2),
+    SupportedFeature("eligible.leader.replicas.version", 0, 1),
+)
+_KAFKA_4_4_FINALIZED_FEATURES = (
+    FinalizedFeature("group.version", 1, 1),
+    FinalizedFeature("streams.version", 1, 1),
+    FinalizedFeature("transaction.version", 2, 2),
+    FinalizedFeature("eligible.leader.replicas.version", 1, 1),
+    FinalizedFeature("share.version", 2, 2),
+    FinalizedFeature("metadata.version", 33, 33),
+)
+_KAFKA_4_4_FINALIZED_EPOCH = 40
+
+
 # ApiVersionsResponse.json: FinalizedFeaturesEpoch defaults to -1 (no finalized features).
 _NO_FINALIZED_FEATURES_EPOCH = -1
 
@@ -238,6 +308,34 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
         "3.8": _release("3.8", _KAFKA_3_8_API_VERSIONS),
         "4.0": KAFKA_4_0,
         "4.1": _release("4.1", _KAFKA_4_1_API_VERSIONS, features_of_4_0=True),
+        # Live real brokers, verbatim (see _KAFKA_3_9_API_VERSIONS): a KRaft 3.9.2; a 4.0.2,
+        # which is 4.0.0 but for JoinGroup (11) v0-v1, listed again from 4.0.1 on; a 4.4.0.
+        "3.9": VersionProfile(
+            name="3.9",
+            api_versions=MappingProxyType(dict(_KAFKA_3_9_API_VERSIONS)),
+            supported_features=_KAFKA_3_9_SUPPORTED_FEATURES,
+            finalized_features_epoch=_KAFKA_3_9_FINALIZED_EPOCH,
+            finalized_features=_KAFKA_3_9_FINALIZED_FEATURES,
+            list_offsets_in_request_order=True,
+            classic_group_coordinator=True,
+        ),
+        "4.0.2": VersionProfile(
+            name="4.0.2",
+            api_versions=MappingProxyType({**_KAFKA_4_0_API_VERSIONS, 11: (0, 9)}),
+            supported_features=_KAFKA_4_0_SUPPORTED_FEATURES,
+            finalized_features_epoch=_KAFKA_4_0_FINALIZED_EPOCH,
+            finalized_features=_KAFKA_4_0_FINALIZED_FEATURES,
+            timeout_abort_fences_under_tv2=False,
+        ),
+        "4.4": VersionProfile(
+            name="4.4",
+            api_versions=MappingProxyType(dict(_KAFKA_4_4_API_VERSIONS)),
+            supported_features=_KAFKA_4_4_SUPPORTED_FEATURES,
+            finalized_features_epoch=_KAFKA_4_4_FINALIZED_EPOCH,
+            finalized_features=_KAFKA_4_4_FINALIZED_FEATURES,
+            metadata_partitions_in_index_order=True,
+            timeout_abort_fences_under_tv2=False,
+        ),
         # Synthetic: 4.0 plus the trunk ranges docs/kafka-semantics.md lists for
         # ListTransactions (0-2, v2 adds TransactionalIdPattern) and WriteTxnMarkers (1-2).
         "trunk-transactions": _derive("trunk-transactions", {66: (0, 2), 27: (1, 2)}),

@@ -22,7 +22,12 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka_sim.client import ConnectionClosedError, RawKafkaClient, response_class
+from kafka_sim.client import (
+    ConnectionClosedError,
+    KafkaProtocolError,
+    RawKafkaClient,
+    response_class,
+)
 from kafka_sim.producer import (
     OpenTransaction,
     TransactionResult,
@@ -34,7 +39,7 @@ from kafka_sim.producer import (
 from simhelpers import CAPTURE_BROKER_CONFIG
 
 from .harness import Capture, load_captures
-from .probes import control_batch_timestamp, fetch_from_start_request
+from .probes import control_batch_timestamp, fetch_from_start_request, topic_id
 
 TOPICS = {"txn-open": 3, "txn-committed": 1, "hang-test": 3}
 BROKER_CONFIG = CAPTURE_BROKER_CONFIG
@@ -43,6 +48,7 @@ HANG_BACKDATE_MS = 400000
 TIMEOUT_AFTER_ADVANCE_MS = 25000
 FINAL_AFTER_OPEN_START_MS = 80000
 SWEEP_WAIT_SECONDS = 5.0
+COORDINATOR_LOAD_IN_PROGRESS = 14
 CLOSE_WAIT_SECONDS = 3.0
 
 # Record keys and values as in the capture's decoded record batches (26, 33, 35, 49), so batch
@@ -222,7 +228,22 @@ class Replay:
 
     # --- the timeline ------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(
+        self,
+        *,
+        timeouts: bool = True,
+        timeout_txn_ms: int = 10000,
+        timeout_advance_ms: int = TIMEOUT_AFTER_ADVANCE_MS,
+        final: bool = True,
+        after_errors: Callable[[], object] | None = None,
+        after_final: Callable[[], object] | None = None,
+    ) -> None:
+        """The capture's timeline; `timeouts=False` stops after the ERRORS phase (41), before
+        the phases that need 25 s and 80 s of broker time (a live broker cannot skip them).
+        `after_errors` / `after_final` run where the capture ran Kafka's CLI and JMX tools
+        (42-44, 54): scripts/refresh-captures records them there. A live comparison shortens
+        tx-timeout-1 (`timeout_txn_ms`, `timeout_advance_ms`) and leaves out FINAL (50-54,
+        which waits 80 s for tx-open-1's 60 s timeout): `final=False`."""
         f = self.facts
         for file in ("01-apiversions-v3.json", "02-apiversions-v0.json", "03-apiversions-v4.json"):
             self.send(file)
@@ -247,13 +268,26 @@ class Replay:
             self.send(file)
 
         def idempotent() -> None:
-            f.idempotent = idempotent_producer_write(
-                self.bootstrap,
-                "txn-committed",
-                0,
-                records=[IDEMPOTENT_RECORD],
-                now_ms=self.now_ms,
-            )
+            # A fresh real broker answers its first InitProducerId with
+            # COORDINATOR_LOAD_IN_PROGRESS (14) until its producer id block arrives from the
+            # controller; a client retries (Kafka's InitProducerIdRequest handling).
+            deadline = time.monotonic() + SWEEP_WAIT_SECONDS
+            while True:
+                try:
+                    f.idempotent = idempotent_producer_write(
+                        self.bootstrap,
+                        "txn-committed",
+                        0,
+                        records=[IDEMPOTENT_RECORD],
+                        now_ms=self.now_ms,
+                    )
+                    return
+                except KafkaProtocolError as exc:
+                    if exc.error_code != COORDINATOR_LOAD_IN_PROGRESS:
+                        raise
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
         self.step("idempotent producer (pid 0) writes 1 record to txn-committed-0", idempotent)
 
@@ -269,6 +303,9 @@ class Replay:
                 one_batch_per_record=False,
                 now_ms=self.now_ms,
             )
+            # The coordinator writes the COMMIT markers after EndTxn has answered: a live 3.9
+            # broker still says PrepareCommit for a moment (the simulator completes at once).
+            self.wait_for_state("tx-committed-1", "CompleteCommit")
             f.committed_window = Window(lo, self.now_ms())
 
         self.step("tx-committed-1 (pid 1) commits 2 records to txn-committed-0", committed)
@@ -316,30 +353,41 @@ class Replay:
 
         for n in range(27, 42):
             self.send(self._file(n))  # 40 closes the connection; 41 goes on a new one
+        if after_errors is not None:
+            self.step("CLI and JMX after ERRORS", after_errors)
+        if not timeouts:
+            self.close()
+            return
 
         def timeout_txn() -> None:
             txn = open_transaction(
-                self.bootstrap, "tx-timeout-1", transaction_timeout_ms=10000, now_ms=self.now_ms
+                self.bootstrap,
+                "tx-timeout-1",
+                transaction_timeout_ms=timeout_txn_ms,
+                now_ms=self.now_ms,
             )
             lo = self.now_ms()
             txn.send("txn-open", 2, [TIMEOUT_RECORD])
             f.timeout_add_window = Window(lo, self.now_ms())
             f.timeout_txn = txn.abandon()
 
-        self.step("tx-timeout-1 (pid 4, 10 s) writes to txn-open-2, abandoned", timeout_txn)
+        self.step("tx-timeout-1 (pid 4) writes to txn-open-2, abandoned", timeout_txn)
         self.send("45-timeout-before-describeproducers-txn-open-2.json")
         self.send("46-timeout-before-describetransactions-tx-timeout-1.json")
 
         def timeout_after() -> None:
             lo = self.now_ms()
-            self.cluster.clock.advance(TIMEOUT_AFTER_ADVANCE_MS)
+            self.cluster.clock.advance(timeout_advance_ms)
             self.wait_for_state("tx-timeout-1", "CompleteAbort")
             f.timeout_abort_window = Window(lo, self.now_ms())
 
-        self.step("advance the clock 25 s (tx-timeout-1 times out)", timeout_after)
+        self.step("advance the clock (tx-timeout-1 times out)", timeout_after)
         for n in (47, 48, 49):
             self.send(self._file(n))
         self.step("timeout ABORT marker timestamp", self._timeout_marker)
+        if not final:
+            self.close()
+            return
 
         def final() -> None:
             start = f.open_add_window.lo_ms if f.open_add_window else self.now_ms()
@@ -352,6 +400,8 @@ class Replay:
         for n in (50, 51, 52, 53):
             self.send(self._file(n))
         self.step("tx-open-1 ABORT marker timestamp", self._open_marker)
+        if after_final is not None:
+            self.step("JMX after FINAL", after_final)
         self.close()
 
     def _file(self, n: int) -> str:
@@ -360,6 +410,11 @@ class Replay:
 
     def _learn_topic_ids(self) -> None:
         resp = self.decoded("04-metadata-v13-topics.json")
+        if resp is None and self.exchanges["04-metadata-v13-topics.json"].closed:
+            # A broker without Metadata v13 (3.9: v12) closed the connection: ask with v12.
+            for name in TOPICS:
+                self.facts.sim_topic_ids[name] = str(topic_id(self.cluster, name))
+            return
         if resp is None:
             raise RuntimeError("no Metadata answer")
         for topic in resp.topics:

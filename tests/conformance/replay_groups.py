@@ -34,7 +34,7 @@ from kafka_sim.producer import (
 from simhelpers import CAPTURE_BROKER_CONFIG
 
 from .harness import GROUPS_DATA_DIR, Capture, load_captures
-from .probes import control_batches
+from .probes import control_batches, describe_transaction, wait_until
 
 TOPIC = "grp-test"
 COMPACTED = "grp-compacted"
@@ -96,12 +96,14 @@ class GroupsReplay:
     def run(self) -> None:
         f = self.facts
         b = self.bootstrap
-        self.cluster.call(self.cluster.state.create_topic, COMPACTED, 1, 1, COMPACTED_CONFIGS)
+        # SimCluster.create_topic, or a live broker's (conformance/live.py LiveBroker).
+        self.cluster.create_topic(COMPACTED, 1, 1, COMPACTED_CONFIGS)
 
         def first() -> None:
             f.first_txn = committed_transaction(
                 b, "grp-commit-1", TOPIC, {0: 5}, now_ms=self.now_ms
             )
+            self._until_complete("grp-commit-1")
 
         def hang() -> None:
             made_at_ms = self.now_ms()
@@ -114,6 +116,7 @@ class GroupsReplay:
             f.second_txn = committed_transaction(
                 b, "grp-commit-2", TOPIC, {0: 3}, now_ms=self.now_ms
             )
+            self._until_complete("grp-commit-2")
 
         def groups() -> None:
             for group, isolation in (("grp-rc", READ_COMMITTED), ("grp-ru", READ_UNCOMMITTED)):
@@ -140,6 +143,14 @@ class GroupsReplay:
             if cap.is_exchange:
                 self._send(file, cap)
         self._close()
+
+    def _until_complete(self, transactional_id: str) -> None:
+        """A real broker writes the COMMIT marker after EndTxn has answered: wait for it, so the
+        next producer's batch lands after the marker (offset 6), as in the capture."""
+        wait_until(
+            lambda: describe_transaction(self.cluster, transactional_id).transaction_state,
+            lambda state: state == "CompleteCommit",
+        )
 
     def _close(self) -> None:
         if self._golden is not None:
