@@ -134,8 +134,7 @@ def jmx_last_stable_offset_lag(
 ) -> int:
     """The broker's LastStableOffsetLag gauge of one partition (high watermark - LSO)."""
     name = (
-        "kafka.cluster:type=Partition,name=LastStableOffsetLag,"
-        f"topic={topic},partition={partition}"
+        f"kafka.cluster:type=Partition,name=LastStableOffsetLag,topic={topic},partition={partition}"
     )
     values = cluster.jmx_values(name, node_id=broker_id)
     assert name in values, f"no {name} on broker {broker_id}: {values}"

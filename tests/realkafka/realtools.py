@@ -5,9 +5,12 @@ the exporter would expose for a snapshot."""
 
 from __future__ import annotations
 
+import functools
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from kafka_sim.realkafka import RealKafkaCluster
 from realhelpers import RealPollEnv
@@ -18,7 +21,6 @@ from exporter.snapshots import SnapshotStore
 
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
-CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
 VERIFICATION_CONFIG = "transaction.partition.verification.enable"
@@ -78,15 +80,34 @@ def console_consume(
     return [line for line in result.stdout.splitlines() if line]
 
 
+def config_command(cluster: RealKafkaCluster) -> str:
+    """kafka-configs.sh's class: org.apache.kafka.tools.ConfigCommand where the tools jar has it
+    (4.4 ships only that), else the Scala kafka.admin.ConfigCommand (3.9, 4.0)."""
+    return _config_command(cluster.install.lib)
+
+
+@functools.cache
+def _config_command(lib: Path) -> str:
+    for jar in lib.glob("kafka-tools-*.jar"):
+        with zipfile.ZipFile(jar) as archive:
+            if "org/apache/kafka/tools/ConfigCommand.class" in archive.namelist():
+                return "org.apache.kafka.tools.ConfigCommand"
+    return "kafka.admin.ConfigCommand"
+
+
 def alter_broker_config(
-    cluster: RealKafkaCluster, entity: str | None, *, add: str | None = None, delete: str | None = None
+    cluster: RealKafkaCluster,
+    entity: str | None,
+    *,
+    add: str | None = None,
+    delete: str | None = None,
 ) -> None:
     """`kafka-configs.sh --alter --entity-type brokers` on the cluster default (`entity` None)
     or one broker: a dynamic config, in effect without a restart."""
     target = ["--entity-default"] if entity is None else ["--entity-name", entity]
     change = ["--add-config", add] if add is not None else ["--delete-config", str(delete)]
     result = cluster.tool(
-        CONFIG_COMMAND, "--bootstrap-server", cluster.bootstrap, "--alter",
+        config_command(cluster), "--bootstrap-server", cluster.bootstrap, "--alter",
         "--entity-type", "brokers", *target, *change,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -139,7 +160,9 @@ def poll_until(
         time.sleep(interval_s)
 
 
-def exposed_samples(env: RealPollEnv, snapshot: ClusterSnapshot) -> list[tuple[str, dict[str, str], float]]:
+def exposed_samples(
+    env: RealPollEnv, snapshot: ClusterSnapshot
+) -> list[tuple[str, dict[str, str], float]]:
     """The samples `/metrics` would serve for `snapshot`: (name, labels, value)."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
