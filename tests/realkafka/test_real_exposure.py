@@ -17,7 +17,6 @@ from realhelpers import LATE_BACKDATE_MS, create_topic, poll_env, unique
 from realtools import (
     VERIFICATION_CONFIG,
     alter_broker_config,
-    config_command,
     exposed_samples,
     finalized_feature_levels,
     poll_until,
@@ -39,33 +38,47 @@ def _verification(snapshot: object) -> PartitionVerification | None:
     return verification
 
 
+class VerificationOverrides:
+    """Dynamic `transaction.partition.verification.enable` overrides set with kafka-configs,
+    remembered so the fixture can drop the ones a failing test left behind."""
+
+    def __init__(self, cluster: RealKafkaCluster) -> None:
+        self.cluster = cluster
+        self.set_on: set[str | None] = set()  # None: the cluster-wide default
+
+    def add(self, entity: str | None, value: bool) -> None:
+        alter_broker_config(self.cluster, entity, add=f"{VERIFICATION_CONFIG}={str(value).lower()}")
+        self.set_on.add(entity)
+
+    def delete(self, entity: str | None) -> None:
+        alter_broker_config(self.cluster, entity, delete=VERIFICATION_CONFIG)
+        self.set_on.discard(entity)
+
+
 @pytest.fixture
-def restore_verification(real_kafka: RealKafkaCluster) -> Iterator[None]:
-    """The session broker runs with verification off (static config): drop every dynamic
-    override this test made, whatever happened."""
-    yield
-    for entity in (None, "1"):
-        real_kafka.tool(
-            config_command(real_kafka), "--bootstrap-server", real_kafka.bootstrap, "--alter",
-            "--entity-type", "brokers",
-            *(["--entity-default"] if entity is None else ["--entity-name", entity]),
-            "--delete-config", VERIFICATION_CONFIG,
-        )  # fmt: skip
+def verification_overrides(real_kafka: RealKafkaCluster) -> Iterator[VerificationOverrides]:
+    """The session broker runs with verification off (static config), as the other tests need:
+    whatever happens, no dynamic override outlives the test."""
+    overrides = VerificationOverrides(real_kafka)
+    yield overrides
+    for entity in list(overrides.set_on):
+        overrides.delete(entity)
 
 
 def test_partition_verification_follows_runtime_config_changes(
-    real_kafka: RealKafkaCluster, restore_verification: None
+    real_kafka: RealKafkaCluster, verification_overrides: VerificationOverrides
 ) -> None:
     topic = create_topic(real_kafka, unique("verify"), partitions=1)
     enabled = PartitionVerification.ENABLED
     disabled = PartitionVerification.DISABLED
+    overrides = verification_overrides
     with poll_env(real_kafka, **REFRESH) as env:
         # The static server.properties value.
         _, snapshot = env.poll()
         assert _verification(snapshot) is disabled
 
         # Cluster-wide dynamic default: overrides the static value on every broker.
-        alter_broker_config(real_kafka, None, add=f"{VERIFICATION_CONFIG}=true")
+        overrides.add(None, True)
         _, snapshot, _ = poll_until(env, lambda _o, s: _verification(s) is enabled)
         samples = exposed_samples(env, snapshot)
         assert [
@@ -80,27 +93,24 @@ def test_partition_verification_follows_runtime_config_changes(
         assert refused.value.error_code == TRANSACTION_ABORTABLE, refused.value
 
         # A per-broker dynamic value overrides the cluster default.
-        alter_broker_config(real_kafka, "1", add=f"{VERIFICATION_CONFIG}=false")
+        overrides.add("1", False)
         poll_until(env, lambda _o, s: _verification(s) is disabled)
-        alter_broker_config(real_kafka, "1", delete=VERIFICATION_CONFIG)
+        overrides.delete("1")
         poll_until(env, lambda _o, s: _verification(s) is enabled)
 
         # Without overrides the static value is back, and the broker appends again.
-        alter_broker_config(real_kafka, None, delete=VERIFICATION_CONFIG)
+        overrides.delete(None)
         poll_until(env, lambda _o, s: _verification(s) is disabled)
     hanging_transaction(real_kafka.bootstrap, unique("verify-txn"), topic, 0)
-
-
-def _tool_level(cluster: RealKafkaCluster) -> int:
-    """kafka-features.sh's finalized transaction.version; 0 when it lists none (a feature the
-    release does not know is not finalized: level 0, KIP-1022)."""
-    return int(finalized_feature_levels(cluster).get(TRANSACTION_VERSION, "0"))
 
 
 def test_finalized_transaction_version_follows_the_features_tool(
     real_kafka: RealKafkaCluster,
 ) -> None:
-    initial = _tool_level(real_kafka)
+    # kafka-features.sh's finalized level; 0 when it lists none (a feature the release does
+    # not know is not finalized: level 0, KIP-1022).
+    listed = finalized_feature_levels(real_kafka)
+    initial = int(listed.get(TRANSACTION_VERSION, "0"))
     with poll_env(real_kafka, **REFRESH) as env:
         _, snapshot = env.poll()
         assert snapshot.finalized_transaction_version == initial
@@ -113,7 +123,7 @@ def test_finalized_transaction_version_follows_the_features_tool(
         if real_kafka.install.major_minor < (4, 0):
             # 3.9 finalizes metadata.version but knows no transaction.version: the brokers
             # report finalized features without it, which is level 0, not unknown.
-            assert TRANSACTION_VERSION not in finalized_feature_levels(real_kafka)
+            assert TRANSACTION_VERSION not in listed
             assert initial == 0
             refused = set_transaction_version(real_kafka, 1, upgrade=True)
             assert refused.startswith("rc=1") and "does not support" in refused, refused
@@ -122,16 +132,17 @@ def test_finalized_transaction_version_follows_the_features_tool(
             return
         # 4.x formats new clusters at transaction.version 2 (KIP-890 part 2).
         assert initial == 2
+        current = initial
         try:
-            for level, upgrade in ((1, False), (0, False), (1, True), (2, True)):
+            for level in (1, 0, 2):
+                upgrade = level > current
                 out = set_transaction_version(real_kafka, level, upgrade)
-                assert out.startswith("rc=0"), out
-                assert _tool_level(real_kafka) == level
-                _, snapshot, _ = poll_until(
-                    env, lambda _o, s, level=level: s.finalized_transaction_version == level
-                )
+                verb = "upgraded" if upgrade else "downgraded"
+                assert out.startswith("rc=0") and f"was {verb} to {level}" in out, out
+                current = level
+                poll_until(env, lambda _o, s, level=level: s.finalized_transaction_version == level)
         finally:
-            if _tool_level(real_kafka) != initial:
+            if current != initial:
                 set_transaction_version(real_kafka, initial, upgrade=True)
 
 
