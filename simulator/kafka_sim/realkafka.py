@@ -474,8 +474,13 @@ def _accepts(port: int) -> bool:
 
 
 def _kraft_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as random-uuid)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as random-uuid).
+    Never one starting with "-" (Kafka's Uuid.randomUuid draws again too): kafka-storage would
+    read it as an option and fail to format."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def start_cluster(
