@@ -11,12 +11,9 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from kafka import KafkaConsumer
-from kafka.structs import TopicPartition as KafkaTopicPartition
 from kafka_sim.realkafka import RealKafkaCluster
-from realhelpers import RealPollEnv, create_topic
+from realhelpers import RealPollEnv
 
 from exporter.expose.collector import SnapshotCollector
 from exporter.model import ClusterObservation, ClusterSnapshot
@@ -38,21 +35,6 @@ class GroupOffsetRow:
     partition: int
     current_offset: int | None
     log_end_offset: int | None
-
-
-def create_ready_topic(cluster: RealKafkaCluster, name: str, partitions: int = 1, **kw: Any) -> str:
-    """`create_topic`, then wait until every partition answers ListOffsets at its leader: a
-    leader shown in Metadata may not lead yet (a Produce right after got NOT_LEADER_OR_FOLLOWER
-    on a loaded machine); kafka-python's end_offsets retries that until the partition is ready."""
-    create_topic(cluster, name, partitions, **kw)
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
-    try:
-        tps = [KafkaTopicPartition(name, p) for p in range(partitions)]
-        ends = consumer.end_offsets(tps)
-        assert set(ends) == set(tps), ends
-    finally:
-        consumer.close()
-    return name
 
 
 def _offset(field: str) -> int | None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from kafka import KafkaProducer
 from kafka_sim.producer import aborted_transaction, committed_transaction, open_transaction
 from kafka_sim.realkafka import RealKafkaCluster
-from realhelpers import poll_env, unique
-from realtools import TRANSACTIONS_COMMAND, create_ready_topic
+from realhelpers import create_topic, poll_env, unique
+from realtools import TRANSACTIONS_COMMAND
 
 from exporter.model import TopicPartition
 
@@ -89,7 +89,7 @@ def test_churn_of_real_transactions_reports_nothing_orphaned_late_or_hanging(
     real_kafka: RealKafkaCluster,
 ) -> None:
     bootstrap = real_kafka.bootstrap
-    topic = create_ready_topic(real_kafka, unique("churn"), partitions=PARTITIONS)
+    topic = create_topic(real_kafka, unique("churn"), partitions=PARTITIONS)
     stop = threading.Event()
     committed_id, aborted_id, held_id = (unique(n) for n in ("churn-c", "churn-a", "churn-h"))
 

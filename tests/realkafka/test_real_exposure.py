@@ -13,11 +13,10 @@ import pytest
 from kafka_sim.client import KafkaProtocolError
 from kafka_sim.producer import hanging_transaction
 from kafka_sim.realkafka import RealKafkaCluster
-from realhelpers import LATE_BACKDATE_MS, poll_env, unique
+from realhelpers import LATE_BACKDATE_MS, create_topic, poll_env, unique
 from realtools import (
     VERIFICATION_CONFIG,
     alter_broker_config,
-    create_ready_topic,
     exposed_samples,
     finalized_feature_levels,
     poll_until,
@@ -69,7 +68,7 @@ def verification_overrides(real_kafka: RealKafkaCluster) -> Iterator[Verificatio
 def test_partition_verification_follows_runtime_config_changes(
     real_kafka: RealKafkaCluster, verification_overrides: VerificationOverrides
 ) -> None:
-    topic = create_ready_topic(real_kafka, unique("verify"), partitions=1)
+    topic = create_topic(real_kafka, unique("verify"), partitions=1)
     enabled = PartitionVerification.ENABLED
     disabled = PartitionVerification.DISABLED
     overrides = verification_overrides
@@ -150,10 +149,10 @@ def test_finalized_transaction_version_follows_the_features_tool(
 def test_a_late_transaction_on_a_compacted_topic_is_marked_compacted(
     real_kafka: RealKafkaCluster,
 ) -> None:
-    compacted = create_ready_topic(
+    compacted = create_topic(
         real_kafka, unique("compacted"), partitions=1, configs={"cleanup.policy": "compact"}
     )
-    normal = create_ready_topic(real_kafka, unique("not-compacted"), partitions=1)
+    normal = create_topic(real_kafka, unique("not-compacted"), partitions=1)
     for topic in (compacted, normal):
         hanging_transaction(
             real_kafka.bootstrap, unique("compact-txn"), topic, 0, backdate_ms=LATE_BACKDATE_MS

@@ -10,11 +10,12 @@ from kafka_sim.producer import committed_transaction, hanging_transaction
 from kafka_sim.realkafka import RealKafkaCluster
 from realhelpers import (
     LATE_BACKDATE_MS,
+    create_topic,
     jmx_last_stable_offset_lag,
     poll_env,
     unique,
 )
-from realtools import console_consume, create_ready_topic, describe_groups, exposed_samples
+from realtools import console_consume, describe_groups, exposed_samples
 
 from exporter.model import TopicPartition
 
@@ -27,7 +28,7 @@ def test_groups_stopped_at_a_late_transactions_lso_are_blocked_and_no_others(
     real_kafka: RealKafkaCluster,
 ) -> None:
     bootstrap = real_kafka.bootstrap
-    topic = create_ready_topic(real_kafka, unique("blocked"), partitions=1)
+    topic = create_topic(real_kafka, unique("blocked"), partitions=1)
     committed_transaction(bootstrap, unique("blocked-before"), topic, {0: RECORDS_BEFORE})
     producer_id, _, start_offset = hanging_transaction(
         bootstrap, unique("blocked-hang"), topic, 0, backdate_ms=LATE_BACKDATE_MS
