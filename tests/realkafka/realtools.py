@@ -146,8 +146,10 @@ def poll_until(
     done: Callable[[ClusterObservation, ClusterSnapshot], bool],
     timeout_s: float = 30.0,
     interval_s: float = 0.5,
+    max_polls: int | None = None,
 ) -> tuple[ClusterObservation, ClusterSnapshot, int]:
-    """Poll until `done` holds (or fail after `timeout_s`): the last poll, and how many it took."""
+    """Poll until `done` holds (or fail after `timeout_s`, or after `max_polls` polls): the last
+    poll, and how many it took."""
     deadline = time.monotonic() + timeout_s
     polls = 0
     while True:
@@ -155,7 +157,7 @@ def poll_until(
         polls += 1
         if done(observation, snapshot):
             return observation, snapshot, polls
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or (max_polls is not None and polls >= max_polls):
             raise AssertionError(f"not seen after {polls} polls in {timeout_s} s")
         time.sleep(interval_s)
 

@@ -105,7 +105,10 @@ def test_churn_of_real_transactions_reports_nothing_orphaned_late_or_hanging(
         txn = open_transaction(bootstrap, held_id, topic, [0, 2], transaction_timeout_ms=60000)
         txn.send(topic, 1)
         stop.wait(2.5)
-        txn.commit() if n % 2 == 0 else txn.abort()
+        if n % 2 == 0:
+            txn.commit()
+        else:
+            txn.abort()
 
     workers = [
         Worker("committed", committed),
@@ -119,6 +122,9 @@ def test_churn_of_real_transactions_reports_nothing_orphaned_late_or_hanging(
     open_polls = 0
     seen_open: set[int] = set()
     still_open: set[int] = set()
+    open_keys: set[tuple[str, int, int, int, int]] = set()
+    asked = 0  # open on two polls in a row: the exporter asked their coordinator
+    unknown: list[str] = []
     started = time.monotonic()
     with poll_env(real_kafka, poll_interval_seconds=POLL_INTERVAL_SECONDS) as env:
         for thread in threads:
@@ -141,6 +147,11 @@ def test_churn_of_real_transactions_reports_nothing_orphaned_late_or_hanging(
                 mine = [t for t in observation.open_transactions if t.topic == topic]
                 open_polls += bool(mine)
                 still_open = {t.producer_id for t in mine}
+                keys = {t.key for t in mine}
+                asked += len(keys & open_keys)
+                open_keys = keys
+                assert observation.coordinator_view_complete
+                unknown += [str(key) for key in observation.untracked_unknown if key in keys]
                 seen_open |= still_open
                 reported += [
                     f"late {t.transaction.key} {t.classification}"
@@ -163,10 +174,12 @@ def test_churn_of_real_transactions_reports_nothing_orphaned_late_or_hanging(
                 thread.join(timeout=30)
     polls = int(CHURN_SECONDS / POLL_INTERVAL_SECONDS)
     assert reported == []
+    assert unknown == []
     assert [(w.name, w.errors) for w in workers if w.errors] == []
     assert all(w.done >= 2 for w in workers), [(w.name, w.done) for w in workers]
     # Not vacuous: the exporter saw transactions open on most polls, the abandoned ones too.
     assert open_polls >= polls // 2, (open_polls, polls)
+    assert asked >= polls // 2, (asked, polls)
     abandoned_ids = {producer_id for _, producer_id in abandoned}
     assert abandoned_ids <= seen_open
     # The coordinator ended them (timed out, aborted): the exporter no longer sees them open.

@@ -28,6 +28,8 @@ from exporter.model import PartitionVerification
 REFRESH = {"config_refresh_seconds": 0.5}
 """Broker config and features are cached for config_refresh_seconds: small, so a change shows
 within a few polls."""
+FEW_POLLS = 6
+"""Polls 0.5 s apart within which a change must show (the cache is at most 0.5 s old)."""
 TRANSACTION_VERSION = "transaction.version"
 TRANSACTION_ABORTABLE = 120
 
@@ -79,7 +81,9 @@ def test_partition_verification_follows_runtime_config_changes(
 
         # Cluster-wide dynamic default: overrides the static value on every broker.
         overrides.add(None, True)
-        _, snapshot, _ = poll_until(env, lambda _o, s: _verification(s) is enabled)
+        _, snapshot, _ = poll_until(
+            env, lambda _o, s: _verification(s) is enabled, max_polls=FEW_POLLS
+        )
         samples = exposed_samples(env, snapshot)
         assert [
             value
@@ -94,13 +98,13 @@ def test_partition_verification_follows_runtime_config_changes(
 
         # A per-broker dynamic value overrides the cluster default.
         overrides.add("1", False)
-        poll_until(env, lambda _o, s: _verification(s) is disabled)
+        poll_until(env, lambda _o, s: _verification(s) is disabled, max_polls=FEW_POLLS)
         overrides.delete("1")
-        poll_until(env, lambda _o, s: _verification(s) is enabled)
+        poll_until(env, lambda _o, s: _verification(s) is enabled, max_polls=FEW_POLLS)
 
         # Without overrides the static value is back, and the broker appends again.
         overrides.delete(None)
-        poll_until(env, lambda _o, s: _verification(s) is disabled)
+        poll_until(env, lambda _o, s: _verification(s) is disabled, max_polls=FEW_POLLS)
     hanging_transaction(real_kafka.bootstrap, unique("verify-txn"), topic, 0)
 
 
@@ -140,7 +144,11 @@ def test_finalized_transaction_version_follows_the_features_tool(
                 verb = "upgraded" if upgrade else "downgraded"
                 assert out.startswith("rc=0") and f"was {verb} to {level}" in out, out
                 current = level
-                poll_until(env, lambda _o, s, level=level: s.finalized_transaction_version == level)
+                poll_until(
+                    env,
+                    lambda _o, s, level=level: s.finalized_transaction_version == level,
+                    max_polls=FEW_POLLS,
+                )
         finally:
             if current != initial:
                 set_transaction_version(real_kafka, initial, upgrade=True)
