@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.structs import TopicPartition
 from kafka_sim.realkafka import RealKafkaCluster
 
 from exporter.analyze import analyze
@@ -73,11 +75,22 @@ def create_topic(
             described = admin.describe_topics([name])
             parts = described[0].get("partitions") or []
             if len(parts) == partitions and all(p.get("leader_id", -1) >= 0 for p in parts):
-                return name
+                break
             time.sleep(0.2)
+        else:
+            raise TimeoutError(f"topic {name} has no leader for every partition")
     finally:
         admin.close()
-    raise TimeoutError(f"topic {name} has no leader for every partition")
+    # A leader named in Metadata may not lead yet (a Produce right after got
+    # NOT_LEADER_OR_FOLLOWER on a loaded machine): kafka-python's end_offsets retries ListOffsets
+    # until every partition answers at its leader.
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        tps = [TopicPartition(name, p) for p in range(partitions)]
+        assert set(consumer.end_offsets(tps)) == set(tps)
+    finally:
+        consumer.close()
+    return name
 
 
 @dataclass(frozen=True)
@@ -134,8 +147,7 @@ def jmx_last_stable_offset_lag(
 ) -> int:
     """The broker's LastStableOffsetLag gauge of one partition (high watermark - LSO)."""
     name = (
-        "kafka.cluster:type=Partition,name=LastStableOffsetLag,"
-        f"topic={topic},partition={partition}"
+        f"kafka.cluster:type=Partition,name=LastStableOffsetLag,topic={topic},partition={partition}"
     )
     values = cluster.jmx_values(name, node_id=broker_id)
     assert name in values, f"no {name} on broker {broker_id}: {values}"
