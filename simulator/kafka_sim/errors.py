@@ -28,6 +28,7 @@ INVALID_REQUEST: int = _errors.InvalidRequestError.errno
 OUT_OF_ORDER_SEQUENCE_NUMBER: int = _errors.OutOfOrderSequenceNumberError.errno
 INVALID_PRODUCER_EPOCH: int = _errors.InvalidProducerEpochError.errno
 INVALID_TXN_STATE: int = _errors.InvalidTxnStateError.errno
+TRANSACTION_ABORTABLE: int = _errors.TransactionAbortableError.errno
 INVALID_PRODUCER_ID_MAPPING: int = _errors.InvalidProducerIdMappingError.errno
 INVALID_TRANSACTION_TIMEOUT: int = _errors.InvalidTransactionTimeoutError.errno
 CONCURRENT_TRANSACTIONS: int = _errors.ConcurrentTransactionsError.errno

@@ -62,6 +62,7 @@ from kafka_sim.errors import (
     INVALID_REQUEST,
     INVALID_TIMESTAMP,
     INVALID_TOPIC_EXCEPTION,
+    INVALID_TXN_STATE,
     LEADER_NOT_AVAILABLE,
     MISMATCHED_ENDPOINT_TYPE,
     NONE,
@@ -71,6 +72,7 @@ from kafka_sim.errors import (
     OPERATION_NOT_ATTEMPTED,
     PRODUCER_FENCED,
     TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTION_ABORTABLE,
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -566,6 +568,10 @@ def _produce_partition(
             # transaction. Brokers before 3.6 append the batch unverified, whatever the config.
             err = state.coordinator.verify_partition(tid, header.producer_id,
                                                      header.producer_epoch, tp)
+            if err == INVALID_TXN_STATE and v >= 11:
+                # Produce v11 clients (KIP-890, 3.8+) are told TRANSACTION_ABORTABLE; older ones
+                # INVALID_TXN_STATE (measured on 3.9.2, 4.0.2 and 4.4.0: docs/kafka-semantics.md).
+                err = TRANSACTION_ABORTABLE
         if err == PRODUCER_FENCED:
             err = INVALID_PRODUCER_EPOCH
         if err in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,

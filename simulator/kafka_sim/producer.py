@@ -34,6 +34,7 @@ from kafka_sim.errors import (
     INVALID_TXN_STATE,
     NONE,
     RETRIABLE_COORDINATOR_ERRORS,
+    TRANSACTION_ABORTABLE,
 )
 from kafka_sim.routing import RawCluster
 
@@ -555,7 +556,7 @@ def hanging_transaction(
                 topic, partition, recs, transactional=True, versions=HANGING_PRODUCE_VERSIONS
             )
         except KafkaProtocolError as exc:
-            if exc.error_code == INVALID_TXN_STATE:
+            if exc.error_code in (INVALID_TXN_STATE, TRANSACTION_ABORTABLE):
                 raise KafkaProtocolError(
                     f"Produce({topic}-{partition}) rejected: the broker verifies transactional "
                     "partitions; a hanging transaction needs "

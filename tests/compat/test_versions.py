@@ -50,7 +50,7 @@ WITH_COORDINATOR_APIS = {"3.0", "3.8", "4.0", "4.1"}
 # Brokers as in the real-broker capture (partition verification is a 3.6+ setting; older
 # releases do not know it and never verify).
 BROKER_CONFIG = CAPTURE_BROKER_CONFIG
-INVALID_TXN_STATE = 48
+TRANSACTION_ABORTABLE = 120
 PRODUCE, METADATA, DESCRIBE_PRODUCERS, LIST_TRANSACTIONS = 0, 3, 61, 66
 
 
@@ -153,14 +153,15 @@ def test_unadded_partition_produce_before_and_after_verification(
     make_env: Callable[..., Any], release: str, accepted: bool
 ) -> None:
     """Before 3.6 (KIP-890 part 1) a broker appends a transactional batch for a partition never
-    added to the transaction; from 3.6 it verifies by default (INVALID_TXN_STATE)."""
+    added to the transaction; from 3.6 it verifies by default: INVALID_TXN_STATE, or
+    TRANSACTION_ABORTABLE for Produce v11 (3.8+), which the raw producer sends where offered."""
     with make_env(release, broker_config={"transaction.max.timeout.ms": "60000"}) as env:
         if accepted:
             hanging_transaction(env.bootstrap, "hang-1", "t", 0, now_ms=env.now_ms)
         else:
             with pytest.raises(KafkaProtocolError) as raised:
                 hanging_transaction(env.bootstrap, "hang-1", "t", 0, now_ms=env.now_ms)
-            assert raised.value.error_code == INVALID_TXN_STATE
+            assert raised.value.error_code == TRANSACTION_ABORTABLE
         obs, _ = env.poll()
         assert len(obs.open_transactions) == (1 if accepted else 0)
         # The setting exists only where the broker has it (DescribeConfigs, all configs).

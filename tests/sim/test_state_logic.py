@@ -46,6 +46,7 @@ NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 0, 3, 6
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
 TOPIC_AUTHORIZATION_FAILED, INVALID_REQUEST, OUT_OF_ORDER_SEQUENCE = 29, 42, 45
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT = 47, 48, 50
+TRANSACTION_ABORTABLE = 120
 CONCURRENT_TRANSACTIONS, TRANSACTION_COORDINATOR_FENCED = 51, 52
 
 
@@ -283,7 +284,9 @@ def test_verification_on_rejects_produce_to_partition_not_added() -> None:
     sim.state.create_topic("t", 2)
     r = sim.init_pid("tx")
     part = sim.produce("t", 0, pid=r.producer_id, epoch=0, tid="tx", version=11)
-    assert part.error_code == INVALID_TXN_STATE
+    assert part.error_code == TRANSACTION_ABORTABLE  # as real 3.9.2-4.4.0 brokers answer v11
+    part = sim.produce("t", 0, pid=r.producer_id, epoch=0, tid="tx", version=10)
+    assert part.error_code == INVALID_TXN_STATE  # and v10 and below
     assert sim.producers("t", 0).active_producers == []
 
 
