@@ -58,6 +58,9 @@ ADD_PARTITIONS_TO_TXN_VERSIONS = VersionRange(0, 3)
 PRODUCE_VERSIONS = VersionRange(3, 9)
 END_TXN_VERSIONS = VersionRange(0, 3)
 HANGING_PRODUCE_VERSIONS = VersionRange(3, 11)  # v11 as the capture's hang-1
+# Enable2Pc exists from v6 (KIP-939; Kafka 4.x marks v6 unstable: the broker offers it only with
+# unstable.api.versions.enable=true).
+TWO_PHASE_INIT_PRODUCER_ID_VERSIONS = VersionRange(6, 6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,9 +172,13 @@ class RawProducer:
         client_id: str = "kafka-txn-exporter-workload",
         timeout_s: float = 10.0,
         now_ms: Callable[[], int] | None = None,
+        two_phase: bool = False,
     ) -> None:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.two_phase = two_phase
+        """InitProducerId with Enable2Pc (KIP-939): the coordinator gives the transactions of
+        this producer the timeout 2147483647 and never aborts them itself."""
         self._cluster = RawCluster(bootstrap, client_id, timeout_s)
         self._timeout_s = timeout_s
         self._now_ms = now_ms
@@ -204,12 +211,17 @@ class RawProducer:
         result: list[Any] = []
 
         def send(client: RawKafkaClient) -> int:
-            version = client.api_version(InitProducerIdRequest.API_KEY, INIT_PRODUCER_ID_VERSIONS)
+            usable = (
+                TWO_PHASE_INIT_PRODUCER_ID_VERSIONS if self.two_phase else INIT_PRODUCER_ID_VERSIONS
+            )
+            version = client.api_version(InitProducerIdRequest.API_KEY, usable)
+            extra: dict[str, Any] = {"enable2_pc": True} if self.two_phase else {}
             req = InitProducerIdRequest[version](
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=self.transaction_timeout_ms,
                 producer_id=-1,
                 producer_epoch=-1,
+                **extra,
             )
             resp = client.request(req)
             result[:] = [resp]
@@ -424,8 +436,10 @@ def open_transaction(
     now_ms: Callable[[], int] | None = None,
     timeout_s: float = 10.0,
     client_id: str = "kafka-txn-exporter-workload",
+    two_phase: bool = False,
 ) -> OpenTransaction:
     """InitProducerId, then (optionally) AddPartitionsToTxn + Produce per partition; left open.
+    `two_phase`: a KIP-939 2PC producer (Enable2Pc), its transaction left prepared.
 
     `partitions` is a list (each gets `records`) or {partition: records}. Records are an int
     count or (key, value[, CreateTime ms]) tuples; by default one batch per record, as
@@ -438,6 +452,7 @@ def open_transaction(
         client_id=client_id,
         timeout_s=timeout_s,
         now_ms=now_ms,
+        two_phase=two_phase,
     )
     try:
         producer.init_producer_id()
