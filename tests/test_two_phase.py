@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.analyze import analyze, is_two_phase
 from exporter.expose.collector import SnapshotCollector
+from exporter.expose.status import render_status_page
 from exporter.model import (
     BrokerStatus,
     Classification,
@@ -125,3 +126,14 @@ def test_metrics_show_two_phase_apart_with_the_stuck_label() -> None:
     assert 'transactional_id="flink-sink-0"' in line and 'stuck="true"' in line
     assert line.endswith(" 10800.0")
     assert "kafka_late_transaction_age_seconds{" not in text
+
+
+def test_the_status_page_shows_two_phase_transactions_apart() -> None:
+    txn = _txn(age_ms=3 * HOUR_MS)
+    snap = analyze(_observation(txn, TWO_PHASE_TRANSACTION_TIMEOUT_MS, TP), SETTINGS)
+    page = render_status_page({"c1": snap}).decode()
+    assert "0 late, 0 hanging, 0 orphaned, 1 two-phase" in page
+    assert "Two-phase-commit transactions (1, 1 stuck)" in page
+    row = page.split('data-classification="two_phase"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-stuck="true"' in row and "flink-sink-0" in row and ">42<" in row
+    assert "#kafkatwophasetransactionstuck" in page
