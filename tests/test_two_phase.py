@@ -5,6 +5,8 @@ timeout 2147483647 and its reaper skips it)."""
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -22,6 +24,7 @@ from exporter.model import (
     TransactionDescription,
 )
 from exporter.rules import TWO_PHASE_TRANSACTION_TIMEOUT_MS
+from exporter.scan import EXIT_OK, run_scan
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
 
@@ -137,3 +140,19 @@ def test_the_status_page_shows_two_phase_transactions_apart() -> None:
     row = page.split('data-classification="two_phase"', 1)[1].split("</tr>", 1)[0]
     assert 'data-stuck="true"' in row and "flink-sink-0" in row and ">42<" in row
     assert "#kafkatwophasetransactionstuck" in page
+
+
+def test_scan_notes_two_phase_transactions_and_does_not_call_them_hanging() -> None:
+    txn = _txn(age_ms=3 * HOUR_MS)
+    snap = analyze(_observation(txn, TWO_PHASE_TRANSACTION_TIMEOUT_MS, TP), SETTINGS)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_scan([SETTINGS], "json", out, err, scan_fn=lambda _: snap)
+    assert code == EXIT_OK
+    result = json.loads(out.getvalue())
+    assert result["transactions"] == [] and result["hanging"] is False
+    (entry,) = result["two_phase"]
+    assert (entry["transactional_id"], entry["start_offset"], entry["stuck"]) == (
+        "flink-sink-0", 42, True)
+    assert entry["classification"] == "two_phase"
+    assert "two-phase-commit transaction of 'flink-sink-0' on orders-0 from offset 42" in (
+        err.getvalue())
