@@ -57,6 +57,7 @@ ADD_PARTITIONS_TO_TXN_VERSIONS = VersionRange(0, 3)
 # transactional_id and record batch v2 exist from v3.
 PRODUCE_VERSIONS = VersionRange(3, 9)
 END_TXN_VERSIONS = VersionRange(0, 3)
+TV2_END_TXN_VERSIONS = VersionRange(5, 5)  # KIP-890 part 2: the epoch is bumped on each end
 HANGING_PRODUCE_VERSIONS = VersionRange(3, 11)  # v11 as the capture's hang-1
 # Enable2Pc exists from v6 (KIP-939; Kafka 4.x marks v6 unstable: the broker offers it only with
 # unstable.api.versions.enable=true).
@@ -314,18 +315,31 @@ class RawProducer:
         self.batches.append(batch)
         return batch
 
-    def end_txn(self, commit: bool) -> None:
+    def end_txn(self, commit: bool, *, transaction_version_2: bool = False) -> None:
+        """EndTxn; with `transaction_version_2` as a KIP-890 part 2 client: EndTxn v5, after
+        which the coordinator has bumped the epoch (or rotated the producer id once the epoch
+        is exhausted) and the next transaction uses what it answered."""
+        answer: list[Any] = []
+
         def send(client: RawKafkaClient) -> int:
-            req = EndTxnRequest[client.api_version(EndTxnRequest.API_KEY, END_TXN_VERSIONS)](
+            usable = TV2_END_TXN_VERSIONS if transaction_version_2 else END_TXN_VERSIONS
+            req = EndTxnRequest[client.api_version(EndTxnRequest.API_KEY, usable)](
                 transactional_id=self.transactional_id,
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 committed=commit,
             )
-            return int(client.request(req).error_code)
+            resp = client.request(req)
+            answer[:] = [resp]
+            return int(resp.error_code)
 
         self._retry_coordinator(f"EndTxn({self.transactional_id}, commit={commit})", send)
         self._added.clear()
+        if transaction_version_2:
+            # A new epoch (or producer id) starts its sequences at 0 on every partition.
+            self.producer_id = int(answer[0].producer_id)
+            self.producer_epoch = int(answer[0].producer_epoch)
+            self._sequences.clear()
 
     def result(self, outcome: str) -> TransactionResult:
         return TransactionResult(
