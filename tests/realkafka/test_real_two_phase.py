@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kafka_sim.client import KafkaProtocolError, RawKafkaClient
+from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction, open_transaction
 from kafka_sim.realkafka import KafkaInstall, RealKafkaCluster, java_command, kafka_home
 from kafka_sim.versions import PROFILES
@@ -39,8 +40,10 @@ from realhelpers import (
 )
 
 from exporter.abort import EXIT_REFUSED
+from exporter.collect.poll import ClusterPoller
 from exporter.model import Classification, ClusterSnapshot
 from exporter.rules import TWO_PHASE_TRANSACTION_TIMEOUT_MS
+from exporter.settings import ClusterSettings
 
 INIT_PRODUCER_ID = 22
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
@@ -188,7 +191,15 @@ def test_a_prepared_two_phase_transaction_is_two_phase_not_late_and_abort_refuse
     assert int(row["TransactionTimeoutMs"]) == TWO_PHASE_TRANSACTION_TIMEOUT_MS
 
     with poll_env(enabled) as env:
-        _, snapshot = env.poll()
+        observation, snapshot = env.poll()
+    real = observation.descriptions[tid]
+    assert real is not None
+    assert real.state == "Ongoing"
+    assert real.transaction_timeout_ms == TWO_PHASE_TRANSACTION_TIMEOUT_MS
+    assert _simulator_answers() == (
+        (real.state, real.transaction_timeout_ms, len(real.topic_partitions)),
+        refused.value.error_code,
+    )
     (two_phase,) = [t for t in snapshot.two_phase_transactions if t.transaction.topic == topic]
     assert two_phase.classification is Classification.TWO_PHASE
     assert (two_phase.transaction.partition, two_phase.transaction.current_txn_start_offset) == (
@@ -219,6 +230,33 @@ def test_a_prepared_two_phase_transaction_is_two_phase_not_late_and_abort_refuse
     # The hanging one next to it is still abortable as before.
     result = _abort(config, topic, 1, hang_start, "--yes")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _simulator_answers() -> tuple[tuple[str, int, int], int]:
+    """The same two questions put to the simulator's "4.4-two-phase" profile: the coordinator's
+    description of a prepared 2PC transaction (state, timeout, partitions), and the error a
+    broker with 2PC disabled answers to Enable2Pc."""
+    enabled = {"transaction.two.phase.commit.enable": "true"}
+    with SimCluster(brokers=1, topics={"t": 1}, broker_config=enabled,
+                    profile="4.4-two-phase") as sim:
+        txn = open_transaction(sim.bootstrap_servers, "sim-2pc", "t", [0], two_phase=True)
+        txn.close_quietly()
+        settings = ClusterSettings(name="sim", bootstrap_servers=(sim.bootstrap_servers,))
+        poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms,
+                               also_ask=lambda _: True)
+        try:
+            description = poller.poll().descriptions["sim-2pc"]
+        finally:
+            poller.close()
+    assert description is not None
+    with (SimCluster(brokers=1, topics={"t": 1}, profile="4.4-two-phase") as sim,
+          pytest.raises(KafkaProtocolError) as refused):
+        open_transaction(sim.bootstrap_servers, "sim-2pc", "t", [0], two_phase=True)
+    return (
+        (description.state, description.transaction_timeout_ms,
+         len(description.topic_partitions)),
+        refused.value.error_code,
+    )
 
 
 def _abort(config: Path, topic: str, partition: int, start: int, *flags: str) -> (
