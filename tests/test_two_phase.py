@@ -156,3 +156,13 @@ def test_scan_notes_two_phase_transactions_and_does_not_call_them_hanging() -> N
     assert entry["classification"] == "two_phase"
     assert "two-phase-commit transaction of 'flink-sink-0' on orders-0 from offset 42" in (
         err.getvalue())
+
+
+def test_history_rows_classify_two_phase_transactions() -> None:
+    from exporter.history import open_transaction_rows
+
+    txn = _txn(age_ms=3 * HOUR_MS)
+    obs = _observation(txn, TWO_PHASE_TRANSACTION_TIMEOUT_MS, TP)
+    rows = open_transaction_rows(obs, analyze(obs, SETTINGS))
+    assert (rows["late"], rows["classification"]) == ([False], ["two_phase"])
+    assert rows["transactional_id"] == ["flink-sink-0"]
