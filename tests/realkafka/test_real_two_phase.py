@@ -63,12 +63,12 @@ def _has_two_phase(version: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def java_helper(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """TwoPhaseProducer compiled against the newest installed client jars (the classes it uses
-    are the same in every version of the matrix; internals are read reflectively)."""
-    classes = tmp_path_factory.mktemp("java-classes")
+def java_helper(kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TwoPhaseProducer compiled against the client jars of the version under test (it reads
+    the producer's internal id and epoch reflectively)."""
+    classes = tmp_path_factory.mktemp(f"java-classes-{kafka_version}")
     javac = shutil.which("javac") or str(Path(java_command()).with_name("javac"))
-    lib = kafka_home() / "4.4.0" / "lib"
+    lib = kafka_home() / kafka_version / "lib"
     result = subprocess.run(
         [javac, "-cp", f"{lib}/*", "-d", str(classes),
          str(REPO / "tests" / "realkafka" / "java" / "TwoPhaseProducer.java")],
