@@ -85,6 +85,7 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
     },
     "KafkaHangingTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
     "KafkaOrphanedTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
+    "KafkaTwoPhaseTransactionStuck": {"for": "5m", "holdFor": "15m", "severity": "warning"},
     "KafkaTxnExporterAbsent": {"for": "1m", "window": "1m", "severity": "critical"},
     "KafkaTxnExporterTargetDown": {"for": "2m", "severity": "warning"},
     "KafkaTxnExporterDown": {"for": "5m", "severity": "warning"},
@@ -228,6 +229,36 @@ _TRANSACTION_LABELS = ("topic", "partition", "producer_id", "producer_epoch",
                        "coordinator_epoch", "start_offset", "transactional_id")
 
 
+def _two_phase_rule() -> dict[str, Any]:
+    """A two-phase-commit (KIP-939) transaction older than the cluster's two_phase_late_seconds
+    (the exporter sets stuck="true"): its external coordinator, not Kafka, must end it."""
+    stuck = "KafkaTwoPhaseTransactionStuck"
+    return _rule(
+        stuck,
+        _held(
+            stuck,
+            f"max without ({REPLICAS}, stuck) ({{series}})",
+            'kafka_two_phase_transaction_age_seconds{stuck="true"}',
+            (*_TRANSACTION_LABELS, "stuck"),
+            # Told apart by the coordinator's answer, which comes with orphan detection.
+            VERDICTS_ORPHANED,
+        ),
+        "Two-phase-commit transaction stuck on {{ $labels.topic }}-{{ $labels.partition }} in "
+        "Kafka cluster {{ $labels.cluster }}",
+        "The two-phase-commit (KIP-939) transaction of transactional id "
+        '"{{ $labels.transactional_id }}" (producer {{ $labels.producer_id }}, epoch '
+        "{{ $labels.producer_epoch }}) has been open on "
+        "{{ $labels.topic }}-{{ $labels.partition }} since offset {{ $labels.start_offset }} "
+        "for {{ $value | humanizeDuration }}, longer "
+        "than two_phase_late_seconds. Kafka never times such a transaction out: only its "
+        "external coordinator (e.g. the Flink job owning that transactional id) commits or "
+        "aborts it, and until then read_committed consumers of this partition are stuck at "
+        "offset {{ $labels.start_offset }}. Bring the external coordinator back; aborting "
+        "it (abort --force-two-phase) is the last resort, see the runbook."
+        + HOLD_NOTE.format(hold=_placeholder(stuck, "holdFor")),
+    )
+
+
 def rules_template() -> dict[str, Any]:
     """The Prometheus rules file with placeholders for every tunable."""
     late = "KafkaLateTransactions"
@@ -308,6 +339,7 @@ def rules_template() -> dict[str, Any]:
             "as the runbook says."
             + HOLD_NOTE.format(hold=_placeholder(orphaned, "holdFor")),
         ),
+        _two_phase_rule(),
     ]
     absent = "KafkaTxnExporterAbsent"
     exporter = [
@@ -879,6 +911,22 @@ def overview_dashboard() -> dash_m.Dashboard:
             ORPHANED_TABLE_LABELS,
             "age",
             "No orphaned transactions",
+            height=6,
+        )
+    )
+    board = board.with_panel(
+        _seconds_table(
+            ids,
+            "Two-phase-commit transactions",
+            "Every open two-phase-commit (KIP-939) transaction: its coordinator tracks it with "
+            "the timeout 2147483647 and never aborts it; an external coordinator (e.g. Flink) "
+            "decides it. Never counted as late or hanging. stuck=true once older than "
+            "two_phase_late_seconds (KafkaTwoPhaseTransactionStuck); follow the runbook's "
+            "entry before any abort.",
+            "kafka_two_phase_transaction_age_seconds",
+            (*ORPHANED_TABLE_LABELS, "stuck"),
+            "age",
+            "No two-phase-commit transactions",
             height=6,
         )
     )

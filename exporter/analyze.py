@@ -33,6 +33,7 @@ from exporter.model import (
     OrphanedTransaction,
     TopicPartition,
     TransactionDescription,
+    TwoPhaseTransaction,
     TxnKey,
     UnobservedReason,
 )
@@ -41,6 +42,7 @@ from exporter.rules import (
     effective_max_timeout_ms,
     is_late,
     is_orphaned,
+    is_two_phase_timeout,
     transaction_age_ms,
 )
 from exporter.settings import ClusterSettings
@@ -57,6 +59,7 @@ __all__ = [
     "effective_max_timeout_ms",
     "finalized_transaction_version",
     "is_late",
+    "is_two_phase",
     "late_transactions",
     "max_timeout_by_broker",
     "next_untracked_polls",
@@ -120,6 +123,26 @@ def classify(
     if TopicPartition(open_txn.topic, open_txn.partition) not in description.topic_partitions:
         return Classification.HANGING
     return Classification.COORDINATOR_TRACKED
+
+
+def is_two_phase(
+    open_txn: OpenTransaction,
+    transactional_ids: Mapping[int, str],
+    descriptions: Mapping[str, TransactionDescription | None],
+) -> bool:
+    """A KIP-939 two-phase-commit transaction: its coordinator tracks it (find-hanging step 5
+    says tracked) with the timeout 2147483647, the coordinator's own test
+    (`TransactionMetadata.isDistributedTwoPhaseCommitTxn`). Its outcome belongs to an external
+    coordinator; Kafka never times it out (docs/kafka-semantics.md#two-phase-commit)."""
+    transactional_id = transactional_ids.get(open_txn.producer_id)
+    if transactional_id is None:
+        return False
+    description = descriptions.get(transactional_id)
+    return (
+        description is not None
+        and is_two_phase_timeout(description.transaction_timeout_ms)
+        and TopicPartition(open_txn.topic, open_txn.partition) in description.topic_partitions
+    )
 
 
 def next_untracked_polls(
@@ -255,6 +278,8 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     orphaned: list[OrphanedTransaction] = []
     orphaned_partitions: set[TopicPartition] = set()
     orphan_undecided_brokers: set[int] = set()
+    two_phase: list[TwoPhaseTransaction] = []
+    two_phase_late_ms = settings.two_phase_late_seconds * 1000
     by_source: dict[str, int] = {}
     blocked_unknown_by_reason: dict[str, int] = {}
     committed_index: dict[TopicPartition, list[CommittedOffset]] | None = None
@@ -269,6 +294,18 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         txn_is_late = is_late(txn, now_ms, threshold_ms, late_buffer_ms)
         untracked_polls = obs.untracked_polls.get(txn.key, 0)
         txn_is_orphaned = is_orphaned(untracked_polls)
+        if not txn_is_orphaned and is_two_phase(txn, obs.transactional_ids, obs.descriptions):
+            # Its own kind: never late or hanging by Kafka's timeout (an external coordinator
+            # owns it), stuck only past the cluster's two_phase_late_seconds.
+            two_phase.append(
+                TwoPhaseTransaction(
+                    transaction=txn,
+                    age_seconds=age_ms / 1000.0,
+                    transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
+                    stuck=age_ms > two_phase_late_ms,
+                )
+            )
+            continue
         blocked: tuple[BlockedGroup, ...] = ()
         blocked_unknown: str | None = None
         if txn_is_late or txn_is_orphaned:
@@ -369,6 +406,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     }
     late.sort(key=lambda lt: (-lt.age_seconds, lt.transaction.topic, lt.transaction.partition))
     orphaned.sort(key=lambda o: (-o.age_seconds, o.transaction.topic, o.transaction.partition))
+    two_phase.sort(key=lambda t: (-t.age_seconds, t.transaction.topic, t.transaction.partition))
     up = any(b.up for b in obs.brokers)
     return ClusterSnapshot(
         cluster=obs.cluster,
@@ -401,6 +439,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         },
         blocked_groups_unknown_by_reason=dict(sorted(blocked_unknown_by_reason.items())),
         orphan_detection_warm=obs.orphan_detection_warm and up,
+        two_phase_transactions=tuple(two_phase),
     )
 
 

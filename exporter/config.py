@@ -91,6 +91,7 @@ DURATION_BOUNDS_SECONDS: dict[str, tuple[float, float]] = {
     "request_timeout_seconds": (0.1, 600.0),
     "late_buffer_seconds": (0.0, 7 * DAY_SECONDS),
     "min_reported_duration_seconds": (0.0, 7 * DAY_SECONDS),
+    "two_phase_late_seconds": (1.0, 7 * DAY_SECONDS),
     "config_refresh_seconds": (1.0, 7 * DAY_SECONDS),
 }
 """Inclusive bounds of every interval (README's configuration reference lists them): below
@@ -367,6 +368,7 @@ _CLUSTER_FIELDS: dict[str, Parser] = {
     "describe_producers_batch_size": _bounded_int(*INT_BOUNDS["describe_producers_batch_size"]),
     "late_buffer_seconds": _bounded_duration("late_buffer_seconds"),
     "min_reported_duration_seconds": _bounded_duration("min_reported_duration_seconds"),
+    "two_phase_late_seconds": _bounded_duration("two_phase_late_seconds"),
     "transaction_max_timeout_ms": _optional_bounded_int(
         *INT_BOUNDS["transaction_max_timeout_ms"]
     ),

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from exporter.analyze import transaction_age_ms
 from exporter.model import (
+    Classification,
     ClusterObservation,
     ClusterSnapshot,
     LateTransaction,
@@ -93,6 +94,10 @@ def open_transaction_rows(
     late_by_txn: dict[OpenTransaction, LateTransaction] = (
         {lt.transaction: lt for lt in snapshot.late_transactions} if snapshot is not None else {}
     )
+    two_phase = (
+        {t.transaction for t in snapshot.two_phase_transactions} if snapshot is not None
+        else set()
+    )
     now_ms = observation.observed_at_ms
     cols: dict[str, list[object]] = {name: [] for name in OPEN_TRANSACTIONS_SCHEMA.names}
     ids = observation.transactional_ids
@@ -114,7 +119,10 @@ def open_transaction_rows(
         )
         cols["age_seconds"].append(transaction_age_ms(txn, now_ms) / 1000.0)
         cols["late"].append(None if snapshot is None else late is not None)
-        cols["classification"].append(None if late is None else str(late.classification))
+        cols["classification"].append(
+            str(late.classification) if late is not None
+            else str(Classification.TWO_PHASE) if txn in two_phase else None
+        )
     return cols
 
 

@@ -96,6 +96,15 @@ METRICS: tuple[MetricSpec, ...] = (
          "transactional_id"),
     ),
     MetricSpec(
+        "kafka_two_phase_transaction_age_seconds", "gauge",
+        "Age of each open two-phase-commit transaction (KIP-939: the coordinator tracks it "
+        "with timeout 2147483647 and never aborts it; an external coordinator decides it), "
+        "with its identity; stuck=\"true\" once older than the cluster's "
+        "two_phase_late_seconds. Never counted as late or hanging.",
+        (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
+         "transactional_id", "stuck"),
+    ),
+    MetricSpec(
         "kafka_consumer_group_blocked_seconds", "gauge",
         "Consumer group stopped behind a late or orphaned transaction (committed offset = "
         "last stable offset < high watermark): seconds since the exporter first saw its "

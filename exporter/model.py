@@ -41,6 +41,10 @@ class Classification(StrEnum):
     COORDINATOR_TRACKED = "coordinator_tracked"
     UNKNOWN = "unknown"
     """The coordinator-side APIs could not be asked (unsupported, unauthorised, failed)."""
+    TWO_PHASE = "two_phase"
+    """Tracked by its coordinator as a KIP-939 two-phase-commit transaction (timeout
+    2147483647): an external coordinator decides its outcome, Kafka never times it out
+    (docs/kafka-semantics.md#two-phase-commit). Neither late nor hanging."""
     ORPHANED = "orphaned"
     """Not late yet, but its coordinator did not track its partition on two consecutive polls
     that saw it open with the same key: hanging, caught before it is late. A late transaction
@@ -315,6 +319,22 @@ class OrphanedTransaction:
 
 
 @dataclass(frozen=True, slots=True)
+class TwoPhaseTransaction:
+    """An open transaction its coordinator tracks as two-phase-commit (KIP-939): never late
+    or hanging by Kafka's timeout, stuck once older than `two_phase_late_seconds`."""
+
+    transaction: OpenTransaction
+    age_seconds: float
+    transactional_id: str
+    stuck: bool
+    """Older than the cluster's `two_phase_late_seconds`."""
+
+    @property
+    def classification(self) -> Classification:
+        return Classification.TWO_PHASE
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSummary:
     broker_id: int
     up: bool
@@ -374,3 +394,6 @@ class ClusterSnapshot:
     reasons with a count)."""
     orphan_detection_warm: bool = False
     """`ClusterObservation.orphan_detection_warm` of the poll."""
+    two_phase_transactions: tuple[TwoPhaseTransaction, ...] = ()
+    """Every open two-phase-commit transaction (KIP-939), stuck or not; none of them is in
+    `late_transactions`."""

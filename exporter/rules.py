@@ -19,6 +19,17 @@ ORPHANED_AFTER_POLLS = 2
 producer id, epoch and start offset) before it is orphaned (docs/kafka-semantics.md#orphaned)."""
 
 
+TWO_PHASE_TRANSACTION_TIMEOUT_MS = 2_147_483_647
+"""The timeout the coordinator gives a KIP-939 two-phase-commit producer (Integer.MAX_VALUE);
+`TransactionMetadata.isDistributedTwoPhaseCommitTxn` is exactly "timeout == this"
+(docs/kafka-semantics.md#two-phase-commit)."""
+
+
+def is_two_phase_timeout(transaction_timeout_ms: int) -> bool:
+    """The coordinator's own test for a 2PC transaction, on DescribeTransactions' timeout."""
+    return transaction_timeout_ms == TWO_PHASE_TRANSACTION_TIMEOUT_MS
+
+
 def is_orphaned(untracked_polls: int) -> bool:
     """Orphaned once not tracked on `ORPHANED_AFTER_POLLS` consecutive polls: one answer can
     be a race with the transaction's own end, two with the same key cannot."""

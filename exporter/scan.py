@@ -13,7 +13,9 @@ to ask their coordinators; only when one is found not tracked does it wait
 healthy cluster costs one extra quick poll, never a wait. Exit status 1 when a row is classified
 hanging or orphaned. The JSON output also gives each row's `topic_compacted`
 and blocked groups, and each cluster's exposure (finalized transaction.version, partition
-verification per broker); an exposed cluster gets a note.
+verification per broker); an exposed cluster gets a note. Two-phase-commit (KIP-939)
+transactions are no rows (never late or hanging: an external coordinator decides them): each
+gets a note, and the JSON lists them under `two_phase` (docs/kafka-semantics.md#two-phase-commit).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from exporter.model import (
     LateTransaction,
     OrphanedTransaction,
     PartitionVerification,
+    TwoPhaseTransaction,
 )
 from exporter.rules import ORPHANED_AFTER_POLLS
 from exporter.settings import ClusterSettings
@@ -261,6 +264,32 @@ def rows_of(snapshot: ClusterSnapshot) -> list[ScanRow]:
                                        r.late.transaction.current_txn_start_offset))
 
 
+def two_phase_dict(cluster: str, entry: TwoPhaseTransaction) -> dict[str, Any]:
+    txn = entry.transaction
+    return {
+        "cluster": cluster,
+        "topic": txn.topic,
+        "partition": txn.partition,
+        "producer_id": txn.producer_id,
+        "producer_epoch": txn.producer_epoch,
+        "start_offset": txn.current_txn_start_offset,
+        "age_seconds": round(entry.age_seconds, 3),
+        "transactional_id": entry.transactional_id,
+        "classification": str(entry.classification),
+        "stuck": entry.stuck,
+    }
+
+
+def two_phase_note(cluster: str, entry: TwoPhaseTransaction) -> str:
+    txn = entry.transaction
+    state = "stuck, older than two_phase_late_seconds" if entry.stuck else "in time"
+    return (
+        f"{cluster}: two-phase-commit transaction of {entry.transactional_id!r} on "
+        f"{txn.topic}-{txn.partition} from offset {txn.current_txn_start_offset}, open "
+        f"{entry.age_seconds:.0f}s ({state}): its external coordinator decides it, not hanging"
+    )
+
+
 def exposure_of(snapshot: ClusterSnapshot) -> dict[str, Any]:
     """The cluster's exposure (docs/kafka-semantics.md#exposure); unknown is null."""
     return {
@@ -317,6 +346,7 @@ def run_scan(
     error_codes: list[int] = []
     notes: list[str] = []
     exposure: dict[str, dict[str, Any]] = {}
+    two_phase: list[dict[str, Any]] = []
     for cluster in clusters:
         try:
             snapshot = scan_fn(cluster)
@@ -331,6 +361,9 @@ def run_scan(
             error_codes.append(EXIT_ERROR)
             continue
         rows.extend(rows_of(snapshot))
+        for entry in snapshot.two_phase_transactions:
+            two_phase.append(two_phase_dict(cluster.name, entry))
+            notes.append(two_phase_note(cluster.name, entry))
         exposure[cluster.name] = exposure_of(snapshot)
         if (note := exposure_note(snapshot)) is not None:
             notes.append(note)
@@ -357,6 +390,7 @@ def run_scan(
                 "errors": errors,
                 "notes": notes,
                 "exposure": exposure,
+                "two_phase": two_phase,
             },
             out,
             indent=2,

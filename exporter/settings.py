@@ -39,6 +39,9 @@ class ClusterSettings:
     late_buffer_seconds: float = 300.0
     """Added to transaction.max.timeout.ms, like the broker's LATE_TRANSACTION_BUFFER_MS."""
     min_reported_duration_seconds: float = 60.0
+    two_phase_late_seconds: float = 3600.0
+    """Age past which a KIP-939 two-phase-commit transaction counts as stuck (its coordinator
+    never times it out; docs/kafka-semantics.md#two-phase-commit explains the default)."""
     transaction_max_timeout_ms: int | None = None
     """Override for principals that may not DescribeConfigs; skips the lookup."""
     config_refresh_seconds: float = 3600.0

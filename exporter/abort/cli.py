@@ -12,6 +12,7 @@ from typing import TextIO
 from exporter.abort.decide import describe_plan, judge, marker_error_message, open_list
 from exporter.abort.io import AbortFailed, AdminSession, PartitionState
 from exporter.abort.settings import AdminSettings, admin_cluster_settings, load_admin_settings
+from exporter.abort.two_phase import FORCE_FLAG, find_two_phase, refusal_line, two_phase_verdict
 from exporter.collect.poll import ClusterPoller, wall_clock_ms
 from exporter.config import ConfigError
 from exporter.logs import configure_logging
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the transaction's StartOffset (CurrentTxnStartOffset)")
     parser.add_argument("--force", action="store_true",
                         help="abort even when the transaction is neither hanging nor orphaned")
+    parser.add_argument(FORCE_FLAG, action="store_true", dest="force_two_phase",
+                        help="abort a two-phase-commit (KIP-939) transaction, which --force "
+                             "never does: its external coordinator owns the outcome")
     parser.add_argument("--yes", action="store_true",
                         help="really write the marker (default: dry run)")
     add_orphan_check_argument(parser)
@@ -101,6 +105,7 @@ def run_abort(
             admin_cluster_settings(cluster, admin), admin, tp, args.start_offset,
             force=args.force, yes=args.yes, orphan_check_seconds=args.orphan_check_seconds,
             clock_ms=clock_ms, sleep=sleep, out=out, err=err,
+            force_two_phase=args.force_two_phase,
         )
     except AbortFailed as exc:
         err.write(f"{PROG}: error: {exc}\n")
@@ -123,9 +128,14 @@ def _abort(
     sleep: Callable[[float], None],
     out: TextIO,
     err: TextIO,
+    force_two_phase: bool = False,
 ) -> int:
     # 1. Detect again through the daemon's own path, with scan's orphan check (two looks).
-    poller = ClusterPoller(settings, clock_ms=clock_ms)
+    poller = ClusterPoller(
+        settings, clock_ms=clock_ms,
+        # Its coordinator is asked even when young: a two-phase-commit one must be recognised.
+        also_ask=lambda txn: (txn.topic, txn.partition) == (tp.topic, tp.partition),
+    )
     try:
         obs, snapshot = poll_with_orphan_check(poller, settings, orphan_check_seconds, sleep)
     finally:
@@ -148,16 +158,27 @@ def _abort(
             return EXIT_REFUSED
         # 3. Refuse unless hanging.
         verdict = judge(obs, snapshot, settings, tp, start_offset, producer.producer_id)
+        # 3b. A two-phase-commit transaction: only with its own flag (--force is not enough).
+        two_phase = find_two_phase(snapshot, tp, start_offset, producer.producer_id)
+        if two_phase is not None:
+            verdict = two_phase_verdict(two_phase)
         plan = describe_plan(
             settings.name, tp, before.leader_id, before.leader_address, producer, verdict,
             before.last_stable_offset, before.high_watermark,
         )
-        if not verdict.allowed and not force:
+        if two_phase is not None and not force_two_phase:
+            err.write(f"{PROG}: refused: {refusal_line(two_phase)}\n")
+            out.write("Would have written (refused, nothing written):\n" + plan)
+            return EXIT_REFUSED
+        if two_phase is not None:
+            err.write(f"WARNING: {FORCE_FLAG}: aborting a two-phase-commit transaction; tell "
+                      "its external coordinator, which will fail to commit it\n")
+        elif not verdict.allowed and not force:
             err.write(f"{PROG}: refused: the transaction is neither hanging nor orphaned: "
                       f"{verdict.reason}\nUse --force to abort it anyway.\n")
             out.write("Would have written (refused, nothing written):\n" + plan)
             return EXIT_REFUSED
-        if not verdict.allowed:
+        elif not verdict.allowed:
             err.write(
                 "WARNING: --force: aborting a transaction that is neither hanging nor orphaned: "
                 f"{verdict.reason}\nWARNING: if its producer or coordinator is still working "

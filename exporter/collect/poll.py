@@ -54,10 +54,16 @@ class ClusterPoller:
     """Polls one cluster, one poll at a time."""
 
     def __init__(
-        self, settings: ClusterSettings, clock_ms: Callable[[], int] = wall_clock_ms
+        self,
+        settings: ClusterSettings,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        also_ask: Callable[[OpenTransaction], bool] | None = None,
     ) -> None:
         self.settings = settings
         self._clock_ms = clock_ms
+        self._also_ask = also_ask
+        """Open transactions to ask coordinators about even on the first poll (abort: the
+        one it may abort, so a young two-phase-commit transaction is recognised)."""
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
         self._client = ClusterClient(settings)
@@ -151,7 +157,11 @@ class ClusterPoller:
 
         def ask(txn: OpenTransaction) -> bool:
             # A transaction seen open only once costs nothing: most end before the next poll.
-            return txn.key in seen_before or late(txn)
+            return (
+                txn.key in seen_before
+                or late(txn)
+                or (self._also_ask is not None and self._also_ask(txn))
+            )
 
         coordinator_view = await self._coordinators.view(listed, open_txns, ask, meta, state)
         self._start_times.evict_closed(state, meta)

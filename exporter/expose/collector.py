@@ -252,6 +252,10 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
     for orphan in snap.orphaned_transactions:
         fam.add("kafka_orphaned_transaction_age_seconds", state, orphan.age_seconds,
                 *_transaction_identity(orphan.transaction), orphan.transactional_id)
+    for two_phase in snap.two_phase_transactions:
+        fam.add("kafka_two_phase_transaction_age_seconds", state, two_phase.age_seconds,
+                *_transaction_identity(two_phase.transaction), two_phase.transactional_id,
+                "true" if two_phase.stuck else "false")
     if snap.transaction_states is not None:
         for txn_state, count in sorted(snap.transaction_states.items()):
             fam.add("kafka_transactions", state, count, txn_state)

@@ -71,6 +71,7 @@ h3 { font-size: 15px; margin: 16px 0 6px; }
 .hanging { background: #fee2e2; color: #991b1b; }
 .coordinator_tracked { background: #fef3c7; color: #92400e; }
 .unknown { background: #e5e7eb; color: #374151; }
+.two_phase { background: #e0e7ff; color: #3730a3; }
 table { border-collapse: collapse; width: 100%; font-size: 14px; }
 th, td { text-align: left; padding: 5px 10px; border-bottom: 1px solid #e5e7eb;
          vertical-align: top; }
@@ -215,7 +216,8 @@ def _cluster_section(
         f"{snapshot.poll_duration_seconds:.2f} s) &middot; oldest open transaction "
         f"{_e(_optional_duration(snapshot.cluster_max_active_transaction_duration_seconds))} "
         "&middot; "
-        f"{len(snapshot.late_transactions)} late, {hanging} hanging, {orphaned} orphaned",
+        f"{len(snapshot.late_transactions)} late, {hanging} hanging, {orphaned} orphaned, "
+        f"{len(snapshot.two_phase_transactions)} two-phase",
     ]
     if snapshot.unobserved_partitions:
         out.append(
@@ -230,6 +232,7 @@ def _cluster_section(
     out.append(_exposure_section(snapshot))
     out.append(_transactions_table(name, snapshot, config_file, abort_command, runbook_url))
     out.append(_orphaned_table(snapshot, runbook_url))
+    out.append(_two_phase_table(snapshot, runbook_url))
     if snapshot.request_errors:
         counts: dict[tuple[int, str, str], int] = {}
         for err in snapshot.request_errors:
@@ -445,6 +448,50 @@ def _orphaned_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
         f"<a href=\"{_e(runbook_url)}#kafkaorphanedtransaction\" rel=\"noopener noreferrer\">"
         "runbook</a>.</p>"
         + _transaction_table("transactions orphaned cards", rows)
+    )
+
+
+_TWO_PHASE_LABELS = ("Age", "Classification", "Partition", "Producer id / epoch",
+                     "Transactional id", "Start offset", "LSO lag")
+
+
+def _two_phase_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
+    """Two-phase-commit (KIP-939) transactions: apart from the late ones, never hanging."""
+    entries = snapshot.two_phase_transactions
+    stuck = sum(1 for t in entries if t.stuck)
+    title = f"<h3>Two-phase-commit transactions ({len(entries)}, {stuck} stuck)</h3>"
+    if not entries:
+        return title + "<p class=\"empty\">No two-phase-commit transactions.</p>"
+    rows = []
+    for entry in entries:
+        txn = entry.transaction
+        lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
+        state = "stuck" if entry.stuck else "in time"
+        rows.append(_label_cells(
+            f"<tr class=\"txn\" data-classification=\"two_phase\" "
+            f"data-stuck=\"{'true' if entry.stuck else 'false'}\">"
+            f"<td class=\"num\">{_e(_duration(entry.age_seconds))}</td>"
+            f"<td><span class=\"badge two_phase\">two_phase</span> {state}</td>"
+            f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
+            f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
+            f"<td><span class=\"tid\">{_e(entry.transactional_id)}</span></td>"
+            f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
+            f"<td class=\"num\">{'?' if lag is None else lag}</td></tr>",
+            _TWO_PHASE_LABELS,
+        ))
+    head = "".join(
+        f"<th class=\"num\">{label}</th>" if label in _NUMERIC_COLUMNS else f"<th>{label}</th>"
+        for label in _TWO_PHASE_LABELS
+    )
+    return (
+        title + "<p class=\"note\">Their coordinator tracks them with the timeout 2147483647 "
+        "and never aborts them: an external coordinator (e.g. Flink) decides them. Stuck "
+        "once older than two_phase_late_seconds. The abort command refuses them unless given "
+        "--force-two-phase; "
+        f"<a href=\"{_e(runbook_url)}#kafkatwophasetransactionstuck\" "
+        "rel=\"noopener noreferrer\">runbook</a>.</p>"
+        f"<table class=\"transactions two-phase cards\"><thead><tr>{head}</tr></thead><tbody>"
+        + "".join(rows) + "</tbody></table>"
     )
 
 

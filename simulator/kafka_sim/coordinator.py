@@ -507,11 +507,14 @@ class TransactionCoordinator:
 
     # -- timeouts --------------------------------------------------------------------------
     def abort_timed_out_transactions(self) -> list[str]:
-        """TransactionStateManager.timedOutTransactions: Ongoing and start + timeout < now."""
+        """TransactionStateManager.timedOutTransactions: Ongoing and start + timeout < now,
+        skipping two-phase-commit transactions (timeout Integer.MAX_VALUE, KIP-939)."""
         now = self._cluster.now_ms()
         aborted: list[str] = []
         for md in list(self.all_metadata()):
             if md.state != TxnState.ONGOING or md.pending_markers is not None:
+                continue
+            if md.txn_timeout_ms == 2_147_483_647:  # isDistributedTwoPhaseCommitTxn
                 continue
             if md.txn_start_timestamp + md.txn_timeout_ms < now:
                 coordinator = self.coordinator_for(md.transactional_id)

@@ -19,6 +19,7 @@ COORDINATOR_NOT_AVAILABLE: int = _errors.CoordinatorNotAvailableError.errno
 NOT_COORDINATOR: int = _errors.NotCoordinatorError.errno
 INVALID_TOPIC_EXCEPTION: int = _errors.InvalidTopicError.errno
 TOPIC_AUTHORIZATION_FAILED: int = _errors.TopicAuthorizationFailedError.errno
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: int = 53
 GROUP_AUTHORIZATION_FAILED: int = _errors.GroupAuthorizationFailedError.errno
 INVALID_TIMESTAMP: int = _errors.InvalidTimestampError.errno
 UNSUPPORTED_SASL_MECHANISM: int = _errors.UnsupportedSaslMechanismError.errno

@@ -73,6 +73,7 @@ from kafka_sim.errors import (
     PRODUCER_FENCED,
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTION_ABORTABLE,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -355,6 +356,9 @@ def handle_describe_configs(state: ClusterState, ctx: RequestContext, req: Any) 
 
 
 # -- InitProducerId (22) --------------------------------------------------------------------
+TWO_PHASE_TIMEOUT_MS = 2_147_483_647
+
+
 def handle_init_producer_id(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     tid = req.transactional_id
@@ -362,9 +366,19 @@ def handle_init_producer_id(state: ClusterState, ctx: RequestContext, req: Any) 
     if injected is not None:
         return InitProducerIdResponse(version=v, throttle_time_ms=0, error_code=injected,
                                       producer_id=-1, producer_epoch=-1)
+    timeout_ms, max_timeout_ms = req.transaction_timeout_ms, state.transaction_max_timeout_ms
+    if v >= 6 and req.enable2_pc:
+        # TransactionCoordinator.handleInitProducerId (4.x): 2PC refused unless the broker
+        # allows it; otherwise the timeout becomes Integer.MAX_VALUE, which the reaper skips
+        # (docs/kafka-semantics.md#two-phase-commit).
+        if tid is None or not state.config_bool("transaction.two.phase.commit.enable"):
+            return InitProducerIdResponse(
+                version=v, throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                producer_id=-1, producer_epoch=-1)
+        timeout_ms = max_timeout_ms = TWO_PHASE_TIMEOUT_MS
     result = state.coordinator.init_producer_id(
-        ctx.broker_id, tid, req.transaction_timeout_ms,
-        max_timeout_ms=state.transaction_max_timeout_ms,
+        ctx.broker_id, tid, timeout_ms,
+        max_timeout_ms=max_timeout_ms,
         expected_producer_id=req.producer_id if v >= 3 else -1,
         expected_producer_epoch=req.producer_epoch if v >= 3 else -1,
     )

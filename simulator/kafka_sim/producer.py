@@ -58,7 +58,11 @@ ADD_PARTITIONS_TO_TXN_VERSIONS = VersionRange(0, 3)
 # transactional_id and record batch v2 exist from v3.
 PRODUCE_VERSIONS = VersionRange(3, 9)
 END_TXN_VERSIONS = VersionRange(0, 3)
+TV2_END_TXN_VERSIONS = VersionRange(5, 5)  # KIP-890 part 2: the epoch is bumped on each end
 HANGING_PRODUCE_VERSIONS = VersionRange(3, 11)  # v11 as the capture's hang-1
+# Enable2Pc exists from v6 (KIP-939; Kafka 4.x marks v6 unstable: the broker offers it only with
+# unstable.api.versions.enable=true).
+TWO_PHASE_INIT_PRODUCER_ID_VERSIONS = VersionRange(6, 6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,9 +174,13 @@ class RawProducer:
         client_id: str = "kafka-txn-exporter-workload",
         timeout_s: float = 10.0,
         now_ms: Callable[[], int] | None = None,
+        two_phase: bool = False,
     ) -> None:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.two_phase = two_phase
+        """InitProducerId with Enable2Pc (KIP-939): the coordinator gives the transactions of
+        this producer the timeout 2147483647 and never aborts them itself."""
         self._cluster = RawCluster(bootstrap, client_id, timeout_s)
         self._timeout_s = timeout_s
         self._now_ms = now_ms
@@ -205,12 +213,17 @@ class RawProducer:
         result: list[Any] = []
 
         def send(client: RawKafkaClient) -> int:
-            version = client.api_version(InitProducerIdRequest.API_KEY, INIT_PRODUCER_ID_VERSIONS)
+            usable = (
+                TWO_PHASE_INIT_PRODUCER_ID_VERSIONS if self.two_phase else INIT_PRODUCER_ID_VERSIONS
+            )
+            version = client.api_version(InitProducerIdRequest.API_KEY, usable)
+            extra: dict[str, Any] = {"enable2_pc": True} if self.two_phase else {}
             req = InitProducerIdRequest[version](
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=self.transaction_timeout_ms,
                 producer_id=-1,
                 producer_epoch=-1,
+                **extra,
             )
             resp = client.request(req)
             result[:] = [resp]
@@ -303,18 +316,31 @@ class RawProducer:
         self.batches.append(batch)
         return batch
 
-    def end_txn(self, commit: bool) -> None:
+    def end_txn(self, commit: bool, *, transaction_version_2: bool = False) -> None:
+        """EndTxn; with `transaction_version_2` as a KIP-890 part 2 client: EndTxn v5, after
+        which the coordinator has bumped the epoch (or rotated the producer id once the epoch
+        is exhausted) and the next transaction uses what it answered."""
+        answer: list[Any] = []
+
         def send(client: RawKafkaClient) -> int:
-            req = EndTxnRequest[client.api_version(EndTxnRequest.API_KEY, END_TXN_VERSIONS)](
+            usable = TV2_END_TXN_VERSIONS if transaction_version_2 else END_TXN_VERSIONS
+            req = EndTxnRequest[client.api_version(EndTxnRequest.API_KEY, usable)](
                 transactional_id=self.transactional_id,
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 committed=commit,
             )
-            return int(client.request(req).error_code)
+            resp = client.request(req)
+            answer[:] = [resp]
+            return int(resp.error_code)
 
         self._retry_coordinator(f"EndTxn({self.transactional_id}, commit={commit})", send)
         self._added.clear()
+        if transaction_version_2:
+            # A new epoch (or producer id) starts its sequences at 0 on every partition.
+            self.producer_id = int(answer[0].producer_id)
+            self.producer_epoch = int(answer[0].producer_epoch)
+            self._sequences.clear()
 
     def result(self, outcome: str) -> TransactionResult:
         return TransactionResult(
@@ -425,8 +451,10 @@ def open_transaction(
     now_ms: Callable[[], int] | None = None,
     timeout_s: float = 10.0,
     client_id: str = "kafka-txn-exporter-workload",
+    two_phase: bool = False,
 ) -> OpenTransaction:
     """InitProducerId, then (optionally) AddPartitionsToTxn + Produce per partition; left open.
+    `two_phase`: a KIP-939 2PC producer (Enable2Pc), its transaction left prepared.
 
     `partitions` is a list (each gets `records`) or {partition: records}. Records are an int
     count or (key, value[, CreateTime ms]) tuples; by default one batch per record, as
@@ -439,6 +467,7 @@ def open_transaction(
         client_id=client_id,
         timeout_s=timeout_s,
         now_ms=now_ms,
+        two_phase=two_phase,
     )
     try:
         producer.init_producer_id()

@@ -269,14 +269,21 @@ class RealKafkaCluster:
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> RealKafkaCluster:
+        self.launch()
+        for node in self._nodes:
+            self.wait_started(node.node_id, timeout)
+        return self
+
+    def launch(self) -> None:
+        """Format and launch every node without waiting (then `wait_started`), so that several
+        clusters boot at once. Call it from the thread that will stop them: the JVMs die with
+        the thread that launched them (PR_SET_PDEATHSIG)."""
         # Each format is a JVM start (seconds on a loaded machine): the nodes' in parallel.
+        # (The formats end before their threads do, so PR_SET_PDEATHSIG does not touch them.)
         with ThreadPoolExecutor(max_workers=len(self._nodes)) as pool:
             list(pool.map(self._format, self._nodes))
         for node in self._nodes:
             self._launch(node)
-        for node in self._nodes:
-            self.wait_started(node.node_id, timeout)
-        return self
 
     def _properties(self, node: _Node) -> dict[str, str]:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self._nodes)

@@ -339,6 +339,10 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
         # Synthetic: 4.0 plus the trunk ranges docs/kafka-semantics.md lists for
         # ListTransactions (0-2, v2 adds TransactionalIdPattern) and WriteTxnMarkers (1-2).
         "trunk-transactions": _derive("trunk-transactions", {66: (0, 2), 27: (1, 2)}),
+        # Synthetic: Kafka 4.4 with unstable.api.versions.enable=true, the only way it offers
+        # InitProducerId v6 (Enable2Pc, KIP-939; v6 is latestVersionUnstable there). Whether
+        # 2PC is allowed is the broker setting transaction.two.phase.commit.enable.
+        "4.4-two-phase": _derive("4.4-two-phase", {22: (0, 6)}),
         # Synthetic: a broker without the transaction admin APIs (DescribeProducers,
         # DescribeTransactions, ListTransactions), to exercise the exporter's UNKNOWN path.
         "no-transaction-admin": _derive("no-transaction-admin", {61: None, 65: None, 66: None}),

@@ -47,7 +47,7 @@ from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka_sim.client import RawKafkaClient, parse_bootstrap
 from kafka_sim.cluster import SimCluster
 from kafka_sim.consumer import commit_offset
-from kafka_sim.producer import hanging_transaction
+from kafka_sim.producer import hanging_transaction, open_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
 
 from exporter.app import serve
@@ -174,7 +174,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "transaction.max.timeout.ms": str(TRANSACTION_MAX_TIMEOUT_MS),
             # Like the real-broker capture: lets hang-1's un-added Produce through (KIP-890).
             "transaction.partition.verification.enable": "false",
+            # A two-phase-commit transaction (KIP-939) for its own table (issue 29).
+            "transaction.two.phase.commit.enable": "true",
         },
+        profile="4.4-two-phase",
     ).start()
     exporters: list[tuple[threading.Event, threading.Thread, int]] = []
     webhook = alertmanager = prometheus = None
@@ -210,6 +213,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             sim.bootstrap_servers, TRANSACTIONAL_ID, TOPIC, PARTITION,
             transaction_timeout_ms=TRANSACTION_MAX_TIMEOUT_MS,
         )  # fmt: skip
+        # A prepared two-phase-commit transaction: never late, in its own table.
+        open_transaction(sim.bootstrap_servers, "flink-sink-0", "orders", [2],
+                         two_phase=True).close_quietly()
         # A consumer group stopped behind it: committed at its start offset (= the LSO; the
         # high watermark is past it), as a read_committed consumer leaves it.
         commit_offset(sim.bootstrap_servers, BLOCKED_GROUP, TOPIC, PARTITION, start_offset)
