@@ -148,6 +148,7 @@ def test_without_two_phase_commit_the_version_has_no_enable2pc_like_its_profile(
         assert PROFILES[SIM_PROFILE[kafka_version]].api_versions[INIT_PRODUCER_ID] == (low, high)
 
 
+@pytest.mark.system_tools  # promtool
 def test_a_prepared_two_phase_transaction_is_two_phase_not_late_and_abort_refuses_it(
     kafka_version: str,
     two_phase_brokers: tuple[RealKafkaCluster, RealKafkaCluster] | None,
