@@ -17,7 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.analyze import classify, next_untracked_polls, orphaned_transactions
+from exporter.analyze import (
+    carried_counts,
+    classify,
+    next_untracked_polls,
+    orphaned_transactions,
+)
 from exporter.collect.broker_config import BrokerConfigReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
@@ -37,7 +42,7 @@ from exporter.model import (
     TopicPartition,
     TxnKey,
 )
-from exporter.rules import effective_max_timeout_ms, is_late, late_buffer_ms
+from exporter.rules import effective_max_timeout_ms, is_late, is_orphaned, late_buffer_ms
 from exporter.settings import ClusterSettings
 
 __all__ = ["ClusterPoller", "wall_clock_ms"]
@@ -68,6 +73,12 @@ class ClusterPoller:
         self._seen_open: set[TxnKey] = set()
         """Open transactions of the previous poll: asked about if still open (#orphaned)."""
         self._untracked_polls: dict[TxnKey, int] = {}
+        """Consecutive not-tracked answers per key, kept across an interrupted check."""
+        self._unobserved_before: set[TopicPartition] | None = set()
+        """Partitions the previous poll could not observe (None: the whole poll failed)."""
+        self._interrupted: set[TxnKey] = set()
+        """Open transactions whose answers have a gap (a poll that could not observe their
+        partition): orphaned or not is unknown until decided."""
         self._closed = False
 
     def poll(self) -> ClusterObservation:
@@ -93,6 +104,7 @@ class ClusterPoller:
             **self._coordinators.cache_sizes(),
             "seen_open": len(self._seen_open),
             "untracked_polls": len(self._untracked_polls),
+            "interrupted": len(self._interrupted),
             **self._groups.cache_sizes(),
             "down_logged": len(self._down_logged),
             "unsupported_logged": len(self._support),
@@ -108,7 +120,9 @@ class ClusterPoller:
         except CollectError as exc:
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
-            self._untracked_polls = {}  # no answer this poll: "consecutive" starts again
+            # No answer is no evidence: the counts stand, and what is first seen next is
+            # undecided (it may have been open through this poll).
+            self._unobserved_before = None
             return ClusterObservation(
                 cluster=self.settings.name,
                 observed_at_ms=state.now_ms,
@@ -153,9 +167,18 @@ class ClusterPoller:
             for txn in open_txns
             if txn.key in seen_before
         }
-        untracked_polls, untracked_unknown = next_untracked_polls(self._untracked_polls, answers)
-        self._untracked_polls = untracked_polls
-        self._seen_open = {txn.key for txn in open_txns}
+        previous_counts = self._untracked_polls
+        untracked_polls, untracked_unknown = next_untracked_polls(previous_counts, answers)
+        untracked_unknown |= self._undecided_after_gap(open_txns, answers, untracked_polls)
+        # A key on a partition not observed this poll keeps its count too (not evidence).
+        carried = set(untracked_unknown) | {
+            key for key in previous_counts if TopicPartition(key[0], key[1]) in state.unobserved
+        }
+        self._untracked_polls = carried_counts(previous_counts, untracked_polls, carried)
+        self._seen_open = {txn.key for txn in open_txns} | {
+            key for key in seen_before if TopicPartition(key[0], key[1]) in state.unobserved
+        }
+        self._unobserved_before = set(state.unobserved)
         # Only behind late or orphaned transactions: blocked groups, compacted topics.
         affected = [*filter(late, open_txns), *orphaned_transactions(open_txns, untracked_polls)]
         to_look_at, not_comparable = _blocked_group_candidates(affected, offsets)
@@ -186,6 +209,30 @@ class ClusterPoller:
             last_stable_offsets=offsets.last_stable_offsets,
             consumer_groups=group_offsets,
         )
+
+    def _undecided_after_gap(
+        self,
+        open_txns: list[OpenTransaction],
+        answers: dict[TxnKey, Classification],
+        untracked_polls: dict[TxnKey, int],
+    ) -> frozenset[TxnKey]:
+        """Transactions seen right after a poll that could not observe their partition have a
+        gap in their consecutive answers (they may have been open, and untracked, through it):
+        until the rule decides them (orphaned, or tracked), whether they are orphaned is
+        unknown, not "no" (issue 30)."""
+        before = self._unobserved_before
+        open_keys = {t.key for t in open_txns}
+        gap = {k for k in self._interrupted if k in open_keys}
+        for txn in open_txns:
+            if before is None or TopicPartition(txn.topic, txn.partition) in before:
+                gap.add(txn.key)
+        decided = {
+            k for k in gap
+            if answers.get(k) is Classification.COORDINATOR_TRACKED
+            or is_orphaned(untracked_polls.get(k, 0))
+        }
+        self._interrupted = gap - decided
+        return frozenset(self._interrupted)
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:
         """`rules.is_late` with each leader's threshold: ids to ask coordinators about."""
