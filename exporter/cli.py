@@ -33,6 +33,19 @@ status 2 and the field path, e.g.
 # --------------------------------------------------------------------------- argument parsing
 
 
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (argparse exits 2 naming the flag otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, got {text[:40]!r}") from None
+    if not (0 < value < float("inf")):  # also rejects nan
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds > 0, got {text[:40]!r}")
+    return value
+
+
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("configuration")
     group.add_argument("--config", "-c", metavar="FILE",
@@ -154,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("auto", "json", "console"))
     demo_p.add_argument("--log.level", dest="log_level", default="info",
                         choices=("debug", "info", "warning", "error", "critical"))
-    demo_p.add_argument("--duration", metavar="SECONDS", type=float, default=None,
+    demo_p.add_argument("--duration", metavar="SECONDS", type=_positive_seconds, default=None,
                         help="stop after this many seconds (default: run until Ctrl-C)")
 
     sub.add_parser(
