@@ -31,11 +31,13 @@ def install_early_handlers(argv: list[str]) -> None:
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGINT and not serving:
-            os.write(2, b"interrupted\n")
+            os.write(2, b"kafka-txn-exporter: interrupted\n")  # as exporter.cli.main says
         os._exit(_early_exit_status(signum, serving))
 
     signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    # An inherited "ignore" (a shell's background job, nohup) stands.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _stop)
     if serving:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
