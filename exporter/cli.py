@@ -49,7 +49,8 @@ def _positive_seconds(text: str) -> float:
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("configuration")
     group.add_argument("--config", "-c", metavar="FILE",
-                       help="YAML config file (env KTE_CONFIG)")
+                       help="YAML config file (env KTE_CONFIG): a regular file of at most "
+                            "4 MiB, read within 2 s (not a pipe or device)")
     group.add_argument(
         "--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]",
         help="single cluster: bootstrap servers (env KTE_CLUSTER_BOOTSTRAP_SERVERS); defines the "

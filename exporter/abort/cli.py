@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--config", "-c", metavar="FILE",
-                        help="YAML config file with clusters and admin (env KTE_CONFIG)")
+                        help="YAML config file with clusters and admin (env KTE_CONFIG): a "
+                             "regular file (/dev/stdin redirected from a file works, a pipe "
+                             "does not), at most 4 MiB, read within 2 s")
     parser.add_argument("--cluster", required=True, metavar="NAME", help="cluster name")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", required=True, type=int)
