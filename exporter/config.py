@@ -276,6 +276,14 @@ def _cluster_name(value: Any, path: str) -> str:
     return name
 
 
+MAX_HOST_NAME_CHARS = 253
+"""The longest DNS name (RFC 1035: 255 octets on the wire, 253 characters written)."""
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def _bootstrap_servers(value: Any, path: str) -> tuple[str, ...]:
     """A list of host:port, or one comma-separated string (the env/flag form)."""
     if isinstance(value, str):
@@ -293,8 +301,14 @@ def _bootstrap_servers(value: Any, path: str) -> tuple[str, ...]:
         item_path = f"{path}[{index}]" if isinstance(value, list) else path
         server = _str(item, item_path).strip()
         host, sep, port = server.rpartition(":")
+        if len(host.strip("[]")) > MAX_HOST_NAME_CHARS:
+            # Longer than any DNS name; it would be repeated in every log line (issue 30).
+            raise ConfigError(
+                f"{item_path}: host name longer than {MAX_HOST_NAME_CHARS} characters "
+                f"(got {len(host)})"
+            )
         if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise ConfigError(f"{item_path}: expected host:port, got {server!r}")
+            raise ConfigError(f"{item_path}: expected host:port, got {_clip(server)}")
         servers.append(server)
     return tuple(servers)
 

@@ -146,3 +146,44 @@ def test_a_history_directory_that_is_a_file_stops_serve(tmp_path: Path) -> None:
     result, _ = run(["serve", "--config", str(config), "--web.listen-address", "127.0.0.1:0"])
     assert "history.directory" in (line := one_line_exit_2(result))
     assert "is not a directory" in line
+
+
+def test_sighup_reload_of_a_fifo_neither_blocks_nor_stops_sigterm(tmp_path: Path) -> None:
+    import signal
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = tmp_path / "c.yaml"
+    config.write_text("clusters:\n  - {name: a, bootstrap_servers: ['127.0.0.1:1'], "
+                      "poll_interval_seconds: 1, request_timeout_seconds: 1}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
+    env["KTE_LOG_FORMAT"] = "json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--config", str(config),
+         "--web.listen-address", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # serving
+            assert time.monotonic() < deadline and proc.poll() is None
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        config.unlink()
+        os.mkfifo(config)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None  # reload refused, still serving
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0 and time.monotonic() - sent < 5
+        assert "FIFO" in err and "config_reload" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
