@@ -34,12 +34,13 @@ def install_early_handlers(argv: list[str]) -> None:
             os.write(2, b"kafka-txn-exporter: interrupted\n")  # as exporter.cli.main says
         os._exit(_early_exit_status(signum, serving))
 
-    signal.signal(signal.SIGTERM, _stop)
+    # SIGTERM last: once it is caught, the others are handled too (what the test waits for).
+    if serving:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # An inherited "ignore" (a shell's background job, nohup) stands.
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _stop)
-    if serving:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop)
 
 
 def main() -> int:
