@@ -206,6 +206,8 @@ def _existing_file(value: Any, path: str) -> str | None:
         return None
     name = _str(value, path)
     if not Path(name).is_file():
+        if Path(name).exists():  # a FIFO, a device, a directory: never waited on (issue 30)
+            raise ConfigError(f"{path}: {name!r} is not a regular file")
         raise ConfigError(f"{path}: file not found: {name!r}")
     return name
 

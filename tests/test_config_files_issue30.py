@@ -187,3 +187,15 @@ def test_sighup_reload_of_a_fifo_neither_blocks_nor_stops_sigterm(tmp_path: Path
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("field", ["ca_file", "cert_file"])
+def test_a_fifo_as_a_tls_file_is_refused_not_waited_on(tmp_path: Path, field: str) -> None:
+    fifo = tmp_path / "pem"
+    os.mkfifo(fifo)
+    tls = f"{{{field}: '{fifo}'" + (f", key_file: '{fifo}'}}" if field == "cert_file" else "}")
+    config = tmp_path / "c.yaml"
+    config.write_text("clusters:\n  - {name: a, bootstrap_servers: ['127.0.0.1:1'], "
+                      f"request_timeout_seconds: 1, tls: {tls}}}\n")
+    result, took = run(["scan", "--config", str(config)], timeout=30)
+    assert "not a regular file" in one_line_exit_2(result) and took < 15
