@@ -169,7 +169,9 @@ class ClusterPoller:
         }
         previous_counts = self._untracked_polls
         untracked_polls, untracked_unknown = next_untracked_polls(previous_counts, answers)
-        untracked_unknown |= self._undecided_after_gap(open_txns, answers, untracked_polls)
+        untracked_unknown |= self._undecided_after_gap(
+            open_txns, answers, untracked_polls, untracked_unknown
+        )
         # A key on a partition not observed this poll keeps its count too (not evidence).
         carried = set(untracked_unknown) | {
             key for key in previous_counts if TopicPartition(key[0], key[1]) in state.unobserved
@@ -215,6 +217,7 @@ class ClusterPoller:
         open_txns: list[OpenTransaction],
         answers: dict[TxnKey, Classification],
         untracked_polls: dict[TxnKey, int],
+        unanswered: frozenset[TxnKey],
     ) -> frozenset[TxnKey]:
         """Transactions seen right after a poll that could not observe their partition have a
         gap in their consecutive answers (they may have been open, and untracked, through it):
@@ -222,7 +225,8 @@ class ClusterPoller:
         unknown, not "no" (issue 30)."""
         before = self._unobserved_before
         open_keys = {t.key for t in open_txns}
-        gap = {k for k in self._interrupted if k in open_keys}
+        # An unknown answer is a gap too: the next answer alone is not "two consecutive".
+        gap = {k for k in self._interrupted if k in open_keys} | set(unanswered)
         for txn in open_txns:
             if before is None or TopicPartition(txn.topic, txn.partition) in before:
                 gap.add(txn.key)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -181,7 +183,7 @@ def test_the_truth_has_what_the_property_compares(scenario: Scenario) -> None:
                    for (n, _), v in scenario.truth[0].items())
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=int(os.environ.get("PA_EXAMPLES", "120")), deadline=None, derandomize=os.environ.get("PA_EXAMPLES") is None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     api=st.sampled_from(sorted(APIS)),
@@ -209,7 +211,11 @@ def test_no_value_from_a_partial_answer_is_ever_wrong(
             # Three polls after the fault (orphaned needs two answers after the gap), on
             # whole answers, everything is back.
             assert got == truth, f"poll {n}: not recovered from {api} in poll {faulty_poll}"
-        missing = set(truth) - set(got)
+        # A DescribeConfigs answer without transaction.partition.verification.enable is what a
+        # broker before 3.6 sends (it lists only the keys it knows): "not offered", logged
+        # once, the series absent (docs/kafka-semantics.md#exposure), no error to count.
+        missing = {s for s in set(truth) - set(got)
+                   if s[0] != "kafka_transaction_partition_verification_enabled"}
         if missing and n == faulty_poll:
             # What went missing has a reason: an error counted or partitions unobserved.
             assert obs.request_errors or snap.unobserved_partitions or (
