@@ -19,10 +19,9 @@ the other arrays lose some.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
