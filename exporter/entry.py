@@ -3,9 +3,10 @@
 Until a command installs its own handling (`serve` notes signals and stops or reloads in its
 main loop), a signal must neither kill the process with the kernel's default action nor raise
 KeyboardInterrupt inside an import (where it can be swallowed): SIGTERM and SIGINT end the
-process at once (nothing is running yet that needs a clean stop) with `serve`'s documented
-status 0, or for the other commands 130 for SIGINT (as Ctrl-C) and 143 for SIGTERM; SIGHUP is
-ignored by `serve` (the configuration is about to be read anyway). Only `signal`, `os` and
+process at once (nothing is running yet that needs a clean stop) with `serve`'s (and
+`demo`'s) documented status 0, or for the other commands 130 for SIGINT (as Ctrl-C) and 143
+for SIGTERM; SIGHUP is ignored by `serve` and `demo` (the configuration is about to be read
+anyway). Only `signal`, `os` and
 `sys` are imported here. The interpreter's own start-up, before this runs, is out of reach.
 """
 
@@ -27,7 +28,7 @@ def _early_exit_status(signum: int, serving: bool) -> int:
 
 
 def install_early_handlers(argv: list[str]) -> None:
-    serving = bool(argv) and argv[0] == "serve"
+    serving = bool(argv) and argv[0] in ("serve", "demo")
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGINT and not serving:
