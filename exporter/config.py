@@ -452,11 +452,11 @@ class Overrides:
 # --------------------------------------------------------------------------- loading
 
 
-def _read_yaml(path: str) -> dict[str, Any]:
+def _read_yaml(path: str, allow_pipe: bool = False) -> dict[str, Any]:
     """The config file (UTF-8; duplicate keys, deep nesting and alias bombs are errors)."""
     from exporter.yamlfile import read_yaml_file  # PyYAML: only when there is a file
 
-    data = read_yaml_file(path, "config file")
+    data = read_yaml_file(path, "config file", allow_pipe=allow_pipe)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -550,13 +550,17 @@ def load_settings(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Overrides | None = None,
+    *,
+    file_data: dict[str, Any] | None = None,
 ) -> ExporterSettings:
-    """Merge file, env and flags into validated settings, or raise ConfigError."""
+    """Merge file, env and flags into validated settings, or raise ConfigError.
+    `file_data`: the file already read (`read_config_file`), so it is read once."""
     env = dict(os.environ) if env is None else dict(env)
     overrides = overrides or Overrides()
     if config_file is None and env.get("KTE_CONFIG"):
         config_file = env["KTE_CONFIG"]
-    data = _read_yaml(config_file) if config_file else {}
+    data = file_data if file_data is not None else (
+        _read_yaml(config_file) if config_file else {})
 
     for key in data:
         if key not in _TOP_LEVEL_KEYS:
@@ -731,10 +735,10 @@ def env_help() -> str:
 # --------------------------------------------------------------------------- for other commands
 
 
-def read_config_file(path: str) -> dict[str, Any]:
+def read_config_file(path: str, *, allow_pipe: bool = False) -> dict[str, Any]:
     """The config file's top-level mapping, for a command that validates a section of its own
     (`abort` reads `admin`); raises ConfigError exactly as `load_settings` would."""
-    return _read_yaml(path)
+    return _read_yaml(path, allow_pipe)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,17 +29,21 @@ READ_DEADLINE_SECONDS = 2.0
 """A configuration file is read in milliseconds; longer is a hung mount or device."""
 
 
-def read_text_file(path: str, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+def read_text_file(
+    path: str, what: str, *, max_bytes: int = MAX_FILE_BYTES, allow_pipe: bool = False
+) -> str:
     """The file as UTF-8 text; errors name `what` and the path, never a byte of the content.
 
     Only a regular file (a FIFO, a terminal or a device such as /dev/zero is refused before a
     byte is read: opening never waits for a writer), read within READ_DEADLINE_SECONDS (a hung
-    network mount fails the read instead of hanging the command or the SIGHUP reload)."""
+    network mount fails the read instead of hanging the command or the SIGHUP reload).
+    `allow_pipe`: a FIFO or pipe (e.g. /dev/stdin fed by `cat`) is read too, within the same
+    deadline and size."""
     outcome: list[bytes | BaseException] = []
 
     def read() -> None:
         try:
-            outcome.append(_read_regular(path, what, max_bytes))
+            outcome.append(_read_regular(path, what, max_bytes, allow_pipe))
         except BaseException as exc:  # handed to the caller's thread
             outcome.append(exc)
 
@@ -62,16 +66,18 @@ def read_text_file(path: str, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> 
         raise ConfigError(f"{what}: {path!r} is not UTF-8 text") from None
 
 
-def _read_regular(path: str, what: str, max_bytes: int) -> bytes:
+def _read_regular(path: str, what: str, max_bytes: int, allow_pipe: bool = False) -> bytes:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # Non-blocking open: a FIFO without a writer is refused at once, not waited on; where
+        # a pipe is allowed, the open waits for its writer (within the caller's deadline).
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if allow_pipe else os.O_NONBLOCK))
     except FileNotFoundError:
         raise ConfigError(f"{what}: not found: {path!r}") from None
     except OSError as exc:
         raise ConfigError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(mode) and not (allow_pipe and stat.S_ISFIFO(mode)):
             kind = "a directory" if stat.S_ISDIR(mode) else (
                 "a FIFO (pipe)" if stat.S_ISFIFO(mode) else "not a regular file")
             raise ConfigError(f"{what}: {path!r} is {kind}; give a regular file")
@@ -209,5 +215,5 @@ def load_yaml_text(text: str, what: str) -> Any:
         loader.dispose()
 
 
-def read_yaml_file(path: str, what: str) -> Any:
-    return load_yaml_text(read_text_file(path, what), what)
+def read_yaml_file(path: str, what: str, *, allow_pipe: bool = False) -> Any:
+    return load_yaml_text(read_text_file(path, what, allow_pipe=allow_pipe), what)

@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", "-c", metavar="FILE",
                         help="YAML config file with clusters and admin (env KTE_CONFIG): a "
-                             "regular file (/dev/stdin redirected from a file works, a pipe "
-                             "does not), at most 4 MiB, read within 2 s")
+                             "regular file or a pipe (e.g. /dev/stdin, read once), at most "
+                             "4 MiB, read within 2 s")
     parser.add_argument("--cluster", required=True, metavar="NAME", help="cluster name")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", required=True, type=int)
