@@ -54,6 +54,7 @@ __all__ = [
     "TRANSACTION_VERSION_FEATURE",
     "analyze",
     "blocked_groups",
+    "carried_counts",
     "classify",
     "committed_by_partition",
     "effective_max_timeout_ms",
@@ -152,9 +153,12 @@ def next_untracked_polls(
     coordinator answers (`classify` of each transaction asked about: HANGING = not tracked).
 
     A key not asked about this poll is dropped (not seen open, or not asked): the count
-    restarts. Tracked or unknown resets it, so only two consecutive "not tracked" answers make
-    an orphan. Returns the counts (only keys answered not tracked) and the keys whose answer
-    is unknown: whether they are orphaned is unknown, so is their broker's count."""
+    restarts. "Tracked" resets it, so only "not tracked" answers make an orphan. An unknown
+    answer (the check was interrupted: an error, a coordinator loading or moving) is not
+    evidence either way (issue 30): the key is undecided, so its broker's count is absent,
+    and its count is neither advanced nor reset. Returns the counts of the keys answered not
+    tracked this poll, and the undecided keys; `carried_counts` gives the undecided keys'
+    counts to remember for the next poll."""
     counts: dict[TxnKey, int] = {}
     undecided: set[TxnKey] = set()
     for key, answer in answers.items():
@@ -163,6 +167,19 @@ def next_untracked_polls(
         elif answer is Classification.UNKNOWN:
             undecided.add(key)
     return counts, frozenset(undecided)
+
+
+def carried_counts(
+    previous: Mapping[TxnKey, int], counts: Mapping[TxnKey, int], carried: Iterable[TxnKey]
+) -> dict[TxnKey, int]:
+    """The not-tracked counts to remember for the next poll: this poll's, plus the previous
+    count of each key whose check was interrupted (`carried`), so a transaction already
+    orphaned is orphaned again at the first successful check."""
+    memory = dict(counts)
+    for key in carried:
+        if key not in memory and key in previous:
+            memory[key] = previous[key]
+    return memory
 
 
 def orphaned_transactions(

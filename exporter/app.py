@@ -123,7 +123,24 @@ def _open_history(settings: ExporterSettings) -> HistoryWriter | None:
             f"history.directory: writing history needs pyarrow "
             f"(pip install 'kafka-txn-exporter[history]'): {exc}"
         ) from exc
+    _check_history_directory(str(settings.history.directory))
     return HistoryWriter(settings.history.directory, settings.history.retention_days)
+
+
+def _check_history_directory(directory: str) -> None:
+    """A history.directory that is a file, or that cannot be created or written, stops
+    start-up with exit 2 (issue 30) instead of a `history_append_failed` every poll."""
+    path = os.fspath(directory)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"history.directory: {path!r} exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"history.directory: cannot create {path!r}: {exc.strerror or exc}"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"history.directory: {path!r} is not writable")
 
 
 def _make_jobs(

@@ -33,10 +33,32 @@ status 2 and the field path, e.g.
 # --------------------------------------------------------------------------- argument parsing
 
 
+def _some(names: Sequence[str], limit: int = 10) -> str:
+    """At most `limit` names, each clipped, and how many more: one short line whatever the
+    number of clusters (issue 30: 10,000 clusters made a 69 KB line)."""
+    shown = ", ".join(repr(n if len(n) <= 60 else n[:57] + "...") for n in names[:limit])
+    more = len(names) - limit
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (argparse exits 2 naming the flag otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, got {text[:40]!r}") from None
+    if not (0 < value < float("inf")):  # also rejects nan
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds > 0, got {text[:40]!r}")
+    return value
+
+
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("configuration")
     group.add_argument("--config", "-c", metavar="FILE",
-                       help="YAML config file (env KTE_CONFIG)")
+                       help="YAML config file (env KTE_CONFIG): a regular file of at most "
+                            "4 MiB, read within 2 s (not a pipe or device)")
     group.add_argument(
         "--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]",
         help="single cluster: bootstrap servers (env KTE_CLUSTER_BOOTSTRAP_SERVERS); defines the "
@@ -155,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("auto", "json", "console"))
     demo_p.add_argument("--log.level", dest="log_level", default="info",
                         choices=("debug", "info", "warning", "error", "critical"))
-    demo_p.add_argument("--duration", metavar="SECONDS", type=float, default=None,
+    demo_p.add_argument("--duration", metavar="SECONDS", type=_positive_seconds, default=None,
                         help="stop after this many seconds (default: run until Ctrl-C)")
     demo_p.add_argument("--kafka", default="sim", choices=("sim", "real"),
                         help="sim: the embedded simulator (default); real: a local Apache Kafka "
@@ -295,8 +317,8 @@ def _run(argv: Sequence[str] | None) -> int:
             missing = [name for name in args.cluster if name not in known]
             if missing:
                 return _config_error(ConfigError(
-                    f"--cluster: unknown cluster(s) {', '.join(missing)} "
-                    f"(configured: {', '.join(sorted(known))})"
+                    f"--cluster: unknown cluster(s) {_some(missing)} "
+                    f"(configured: {_some(sorted(known))})"
                 ))
             clusters = tuple(c for c in clusters if c.name in args.cluster)
         return run_scan(clusters, args.output, sys.stdout, sys.stderr,

@@ -207,6 +207,8 @@ def _existing_file(value: Any, path: str) -> str | None:
         return None
     name = _str(value, path)
     if not Path(name).is_file():
+        if Path(name).exists():  # a FIFO, a device, a directory: never waited on (issue 30)
+            raise ConfigError(f"{path}: {name!r} is not a regular file")
         raise ConfigError(f"{path}: file not found: {name!r}")
     return name
 
@@ -277,6 +279,14 @@ def _cluster_name(value: Any, path: str) -> str:
     return name
 
 
+MAX_HOST_NAME_CHARS = 253
+"""The longest DNS name (RFC 1035: 255 octets on the wire, 253 characters written)."""
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def _bootstrap_servers(value: Any, path: str) -> tuple[str, ...]:
     """A list of host:port, or one comma-separated string (the env/flag form)."""
     if isinstance(value, str):
@@ -294,8 +304,14 @@ def _bootstrap_servers(value: Any, path: str) -> tuple[str, ...]:
         item_path = f"{path}[{index}]" if isinstance(value, list) else path
         server = _str(item, item_path).strip()
         host, sep, port = server.rpartition(":")
+        if len(host.strip("[]")) > MAX_HOST_NAME_CHARS:
+            # Longer than any DNS name; it would be repeated in every log line (issue 30).
+            raise ConfigError(
+                f"{item_path}: host name longer than {MAX_HOST_NAME_CHARS} characters "
+                f"(got {len(host)})"
+            )
         if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise ConfigError(f"{item_path}: expected host:port, got {server!r}")
+            raise ConfigError(f"{item_path}: expected host:port, got {_clip(server)}")
         servers.append(server)
     return tuple(servers)
 
@@ -438,11 +454,11 @@ class Overrides:
 # --------------------------------------------------------------------------- loading
 
 
-def _read_yaml(path: str) -> dict[str, Any]:
+def _read_yaml(path: str, allow_pipe: bool = False) -> dict[str, Any]:
     """The config file (UTF-8; duplicate keys, deep nesting and alias bombs are errors)."""
     from exporter.yamlfile import read_yaml_file  # PyYAML: only when there is a file
 
-    data = read_yaml_file(path, "config file")
+    data = read_yaml_file(path, "config file", allow_pipe=allow_pipe)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -536,13 +552,17 @@ def load_settings(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Overrides | None = None,
+    *,
+    file_data: dict[str, Any] | None = None,
 ) -> ExporterSettings:
-    """Merge file, env and flags into validated settings, or raise ConfigError."""
+    """Merge file, env and flags into validated settings, or raise ConfigError.
+    `file_data`: the file already read (`read_config_file`), so it is read once."""
     env = dict(os.environ) if env is None else dict(env)
     overrides = overrides or Overrides()
     if config_file is None and env.get("KTE_CONFIG"):
         config_file = env["KTE_CONFIG"]
-    data = _read_yaml(config_file) if config_file else {}
+    data = file_data if file_data is not None else (
+        _read_yaml(config_file) if config_file else {})
 
     for key in data:
         if key not in _TOP_LEVEL_KEYS:
@@ -717,10 +737,10 @@ def env_help() -> str:
 # --------------------------------------------------------------------------- for other commands
 
 
-def read_config_file(path: str) -> dict[str, Any]:
+def read_config_file(path: str, *, allow_pipe: bool = False) -> dict[str, Any]:
     """The config file's top-level mapping, for a command that validates a section of its own
     (`abort` reads `admin`); raises ConfigError exactly as `load_settings` would."""
-    return _read_yaml(path)
+    return _read_yaml(path, allow_pipe)
 
 
 @dataclass(frozen=True, slots=True)

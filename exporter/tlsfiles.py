@@ -9,7 +9,9 @@ key without `key_password_file` is a ConfigError naming the field and the file.
 
 from __future__ import annotations
 
+import os
 import ssl
+import stat
 from collections.abc import Callable
 
 from exporter.errors import ConfigError
@@ -30,6 +32,17 @@ def password_callback(key_password: str | None) -> Callable[[], bytes]:
     return supply
 
 
+def require_regular_file(path: str, where: str) -> None:
+    """OpenSSL would wait forever on a FIFO (issue 30): only a regular file is read. A path
+    that does not exist is left to the loader's own error."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{where}: {path!r} is not a regular file")
+
+
 def load_cert_chain(
     context: ssl.SSLContext,
     cert_file: str,
@@ -38,6 +51,8 @@ def load_cert_chain(
     where: str,
 ) -> None:
     """`context.load_cert_chain`, with errors naming `where` (e.g. `clusters[0].tls`)."""
+    require_regular_file(cert_file, f"{where}.cert_file")
+    require_regular_file(key_file, f"{where}.key_file")
     try:
         context.load_cert_chain(cert_file, key_file, password=password_callback(key_password))
     except _NoPassphrase:

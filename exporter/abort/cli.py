@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--config", "-c", metavar="FILE",
-                        help="YAML config file with clusters and admin (env KTE_CONFIG)")
+                        help="YAML config file with clusters and admin (env KTE_CONFIG): a "
+                             "regular file or a pipe (e.g. /dev/stdin, read once), at most "
+                             "4 MiB, read within 2 s")
     parser.add_argument("--cluster", required=True, metavar="NAME", help="cluster name")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", required=True, type=int)

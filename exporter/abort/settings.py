@@ -84,9 +84,11 @@ def load_admin_settings(
             "--config: required (the abort command reads its credentials from the config "
             "file's 'admin' section)"
         )
-    raw_admin = read_config_file(config_file).get(ADMIN_SECTION)
+    # Read once (a pipe such as /dev/stdin can be read only once), within the file deadline.
+    data = read_config_file(config_file, allow_pipe=True)
+    raw_admin = data.get(ADMIN_SECTION)
     base_env = {k: v for k, v in env.items() if k not in _admin_password_envs(raw_admin)}
-    settings = load_settings(config_file, env=base_env)
+    settings = load_settings(config_file, env=base_env, file_data=data)
     return settings, parse_admin(raw_admin, settings.clusters, env)
 
 

@@ -21,6 +21,7 @@ from exporter.collect.connection import CollectError
 from exporter.collect.errors import CLUSTER_AUTHORIZATION_FAILED, NONE, error_name
 from exporter.collect.parse import PARTITION_VERIFICATION_CONFIG, parse_partition_verification
 from exporter.collect.pollstate import PollState
+from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.logs import get_logger
 from exporter.model import FinalizedFeatures, PartitionVerification
 from exporter.settings import ClusterSettings
@@ -81,17 +82,24 @@ class BrokerConfigReader:
         for code in errors:
             state.error(broker_id, "DescribeConfigs", error_name(code))
         now = time.monotonic()
+        missing = not errors and not response.results
+        if missing:
+            state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)  # issue 30
         if self._settings.transaction_max_timeout_ms is None:
             value = parse_transaction_max_timeout_ms(response)
             if value is not None:
                 self._max_timeouts[broker_id] = (value, now)
+            elif not errors and response.results:
+                # Asked for and left out (or not a number): unknown, counted, asked again.
+                state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)
+                missing = True
         verification = parse_partition_verification(response)
         if verification is None:
             self._verification.pop(broker_id, None)
         else:
             self._verification[broker_id] = verification
             self._log_not_offered(broker_id, verification)
-        if all(code == CLUSTER_AUTHORIZATION_FAILED for code in errors):
+        if not missing and all(code == CLUSTER_AUTHORIZATION_FAILED for code in errors):
             # Answered, or refused: a refusal stands until the ACLs change, so it is asked
             # again at the refresh interval, not every poll; other errors are retried next poll.
             self._read_at[broker_id] = now

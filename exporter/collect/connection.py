@@ -39,7 +39,7 @@ from exporter.collect.fastencode import LeanRequest
 from exporter.collect.parse import parse_finalized_features
 from exporter.model import FinalizedFeatures
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
-from exporter.tlsfiles import load_cert_chain
+from exporter.tlsfiles import load_cert_chain, require_regular_file
 
 _SIZE = struct.Struct(">i")
 CLIENT_SOFTWARE_NAME = "kafka-txn-exporter"
@@ -91,6 +91,8 @@ class UnsupportedApi(CollectError):
 
 def build_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     """A client TLS context that verifies the broker (against `ca_file` or the system store)."""
+    if tls.ca_file is not None:
+        require_regular_file(tls.ca_file, "tls.ca_file")
     context = ssl.create_default_context(cafile=tls.ca_file)
     if tls.cert_file:
         # Never OpenSSL's interactive "Enter PEM pass phrase:"; ConfigError names the field.

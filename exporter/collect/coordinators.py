@@ -26,6 +26,7 @@ from exporter.collect.errors import (
     TRANSACTIONAL_ID_NOT_FOUND,
     error_name,
 )
+from exporter.collect.groups import unlisted_leader
 from exporter.collect.parse import parse_describe_transactions, parse_list_transactions
 from exporter.collect.pollstate import (
     RETRY_DELAY_SECONDS,
@@ -33,6 +34,7 @@ from exporter.collect.pollstate import (
     ApiSupportLog,
     PollState,
 )
+from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.model import OpenTransaction, TransactionDescription
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -78,6 +80,8 @@ class CoordinatorReader:
         # A dead broker leaves Metadata, so it is not asked above; its slice of the listing is
         # still missing while any __transaction_state partition has no leader.
         orphaned = any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless)
+        # So is the slice of a coordinator Metadata leaves out of its brokers (issue 30).
+        orphaned = orphaned or unlisted_leader(meta, TRANSACTION_STATE_TOPIC)
         return listing, not orphaned and all(result is not None for result in results)
 
     async def _list_at(self, broker_id: int, state: PollState) -> list[tuple[str, int, str]] | None:
@@ -196,7 +200,14 @@ class CoordinatorReader:
                 if isinstance(response, BaseException):
                     raise response
                 key = None if request.API_VERSION >= 4 else request.key
-                for transactional_id, node_id, code in parse_find_coordinator(response, key):
+                found = parse_find_coordinator(response, key)
+                left_out = set(request.coordinator_keys or [request.key]).difference(
+                    t for t, _, _ in found
+                )
+                if left_out:  # asked and not answered: looked up again (issue 30)
+                    state.error(broker, "FindCoordinator", MISSING_FROM_ANSWER)
+                    retry.extend(sorted(left_out))
+                for transactional_id, node_id, code in found:
                     if code == 0 and node_id >= 0:
                         self._coordinators[transactional_id] = node_id
                     else:
@@ -234,6 +245,10 @@ class CoordinatorReader:
         descriptions, errors = parse_describe_transactions(response)
         for description in descriptions:
             view.descriptions[description.transactional_id] = description
+        answered = {d.transactional_id for d in descriptions} | {t for t, _ in errors}
+        if not answered.issuperset(transactional_ids):
+            # An id asked about and left out: undescribed, so classified unknown (issue 30).
+            state.error(coordinator, "DescribeTransactions", MISSING_FROM_ANSWER)
         retry: list[str] = []
         for transactional_id, code in errors:
             state.error(coordinator, "DescribeTransactions", error_name(code))

@@ -39,6 +39,7 @@ from exporter.collect.errors import (
     error_name,
 )
 from exporter.collect.parse import (
+    GroupOffsetsAnswer,
     parse_cluster_describe,
     parse_list_groups,
     parse_offset_fetch_groups,
@@ -49,6 +50,7 @@ from exporter.collect.pollstate import (
     ApiSupportLog,
     PollState,
 )
+from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.logs import get_logger
 from exporter.model import CommittedOffset, ConsumerGroupOffsets, TopicPartition
 from exporter.settings import ClusterSettings
@@ -143,6 +145,9 @@ class ConsumerGroupReader:
         # A __consumer_offsets partition without a leader: its coordinator is not listing.
         if any(tp.topic == CONSUMER_OFFSETS_TOPIC for tp in meta.leaderless):
             lookup.all_unknown("LEADER_NOT_AVAILABLE")
+        # Led by a broker Metadata does not list: that coordinator was not asked (issue 30).
+        if unlisted_leader(meta, CONSUMER_OFFSETS_TOPIC):
+            lookup.all_unknown("BROKER_UNREACHABLE")
         pending = sorted(groups)
         for attempt in range(2):
             if not pending:
@@ -236,7 +241,8 @@ class ConsumerGroupReader:
                 state.error(broker, "FindCoordinator", name)
                 lookup.all_unknown(name)
         if not answered.issuperset(group_ids):
-            lookup.all_unknown("MISSING_FROM_ANSWER")  # a key the answer left out
+            state.error(broker, "FindCoordinator", MISSING_FROM_ANSWER)
+            lookup.all_unknown(MISSING_FROM_ANSWER)  # a key the answer left out
         return found
 
     async def _fetch_at(
@@ -260,7 +266,7 @@ class ConsumerGroupReader:
             )
         )
         retry: list[str] = []
-        for result in results:
+        for chunk, result in zip(chunks, results, strict=True):
             if isinstance(result, CollectError):
                 if result.kind == UNSUPPORTED_API_KIND:
                     self._support.unsupported(coordinator, "OffsetFetch v8")
@@ -270,7 +276,9 @@ class ConsumerGroupReader:
                 continue
             if isinstance(result, BaseException):
                 raise result
-            for answer in parse_offset_fetch_groups(result):
+            answers = parse_offset_fetch_groups(result)
+            self._check_complete(coordinator, chunk, answers, lookup, state)
+            for answer in answers:
                 if answer.error_code != NONE:
                     state.error(coordinator, "OffsetFetch", error_name(answer.error_code))
                     if answer.error_code in _RETRIABLE and not last:
@@ -286,6 +294,34 @@ class ConsumerGroupReader:
                     if offset >= 0:  # -1: nothing committed on that partition
                         lookup.offsets[(group_id, topic, partition)] = offset
         return retry
+
+    @staticmethod
+    def _check_complete(
+        coordinator: int,
+        asked: list[str],
+        answers: list[GroupOffsetsAnswer],
+        lookup: _Lookup,
+        state: PollState,
+    ) -> None:
+        """A group, or a partition of a group, that the answer leaves out is not "nothing
+        committed": its partitions' groups are unknown (issue 30). A group not answered at all
+        may have committed on any affected partition, so every one is unknown."""
+        answered = {a.group_id for a in answers}
+        if not answered.issuperset(asked):
+            state.error(coordinator, "OffsetFetch", MISSING_FROM_ANSWER)
+            lookup.all_unknown(MISSING_FROM_ANSWER)
+            return
+        wanted = {(topic, p) for topic, indexes in lookup.partitions for p in indexes}
+        for answer in answers:
+            if answer.error_code != NONE:
+                continue
+            got = {(topic, p) for topic, p, _ in answer.offsets}
+            got.update((tp.topic, tp.partition) for tp, _ in answer.errors)
+            left_out = wanted - got
+            if left_out:
+                state.error(coordinator, "OffsetFetch", MISSING_FROM_ANSWER)
+                for topic, p in left_out:
+                    lookup.unknown.setdefault(TopicPartition(topic, p), MISSING_FROM_ANSWER)
 
     def _remember(self, lookup: _Lookup, now_ms: int) -> tuple[CommittedOffset, ...]:
         """Keys are plain tuples (hashed in C): there are groups x late partitions of them."""
@@ -305,3 +341,13 @@ class ConsumerGroupReader:
                     seen[key] = value
         self._seen = seen
         return tuple(committed)
+
+
+def unlisted_leader(meta: MetadataView, topic: str) -> bool:
+    """Whether a partition of `topic` (an internal topic whose leaders coordinate) is led by a
+    broker missing from Metadata's broker list: that coordinator's listing is not asked."""
+    brokers = meta.brokers
+    return any(
+        tp.topic == topic and leader >= 0 and leader not in brokers
+        for tp, leader in meta.leaders.items()
+    )

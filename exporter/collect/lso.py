@@ -98,6 +98,8 @@ class LastStableOffsetReader:
                 high_watermark = high_watermarks.get(tp)
                 stable = stable_offsets.get(tp)
                 if high_watermark is None or stable is None:
+                    if tp not in offsets.failed:  # left out of an answer: counted (issue 30)
+                        state.error(broker_id, "ListOffsets", "MISSING_FROM_ANSWER")
                     offsets.failed.setdefault(tp, "MISSING_FROM_ANSWER")
                 elif not 0 <= stable <= high_watermark:
                     # Impossible (an LSO is never past the high watermark): never used as true.

@@ -17,7 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.analyze import classify, next_untracked_polls, orphaned_transactions
+from exporter.analyze import (
+    carried_counts,
+    classify,
+    next_untracked_polls,
+    orphaned_transactions,
+)
 from exporter.collect.broker_config import BrokerConfigReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
@@ -41,6 +46,7 @@ from exporter.rules import (
     ORPHANED_AFTER_POLLS,
     effective_max_timeout_ms,
     is_late,
+    is_orphaned,
     late_buffer_ms,
 )
 from exporter.settings import ClusterSettings
@@ -79,6 +85,12 @@ class ClusterPoller:
         self._seen_open: set[TxnKey] = set()
         """Open transactions of the previous poll: asked about if still open (#orphaned)."""
         self._untracked_polls: dict[TxnKey, int] = {}
+        """Consecutive not-tracked answers per key, kept across an interrupted check."""
+        self._unobserved_before: set[TopicPartition] | None = set()
+        """Partitions the previous poll could not observe (None: the whole poll failed)."""
+        self._interrupted: set[TxnKey] = set()
+        """Open transactions whose answers have a gap (a poll that could not observe their
+        partition): orphaned or not is unknown until decided."""
         self._polled_before = False
         self._answered_polls = 0
         """Consecutive polls whose coordinator answers extended `_untracked_polls`: once they
@@ -111,6 +123,7 @@ class ClusterPoller:
             **self._coordinators.cache_sizes(),
             "seen_open": len(self._seen_open),
             "untracked_polls": len(self._untracked_polls),
+            "interrupted": len(self._interrupted),
             **self._groups.cache_sizes(),
             "down_logged": len(self._down_logged),
             "unsupported_logged": len(self._support),
@@ -127,8 +140,9 @@ class ClusterPoller:
             self.metadata_error = exc
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
-            self._untracked_polls = {}  # no answer this poll: "consecutive" starts again
-            self._answered_polls = 0
+            # No answer is no evidence: the counts stand, and what is first seen next is
+            # undecided (it may have been open through this poll).
+            self._unobserved_before = None
             return ClusterObservation(
                 cluster=self.settings.name,
                 observed_at_ms=state.now_ms,
@@ -178,9 +192,20 @@ class ClusterPoller:
             for txn in open_txns
             if txn.key in seen_before
         }
-        untracked_polls, untracked_unknown = next_untracked_polls(self._untracked_polls, answers)
-        self._untracked_polls = untracked_polls
-        self._seen_open = {txn.key for txn in open_txns}
+        previous_counts = self._untracked_polls
+        untracked_polls, untracked_unknown = next_untracked_polls(previous_counts, answers)
+        untracked_unknown |= self._undecided_after_gap(
+            open_txns, answers, untracked_polls, untracked_unknown
+        )
+        # A key on a partition not observed this poll keeps its count too (not evidence).
+        carried = set(untracked_unknown) | {
+            key for key in previous_counts if TopicPartition(key[0], key[1]) in state.unobserved
+        }
+        self._untracked_polls = carried_counts(previous_counts, untracked_polls, carried)
+        self._seen_open = {txn.key for txn in open_txns} | {
+            key for key in seen_before if TopicPartition(key[0], key[1]) in state.unobserved
+        }
+        self._unobserved_before = set(state.unobserved)
         # The first poll after start asks about nothing (nothing was seen open before it).
         self._answered_polls = self._answered_polls + 1 if self._polled_before else 0
         self._polled_before = True
@@ -215,6 +240,32 @@ class ClusterPoller:
             consumer_groups=group_offsets,
             orphan_detection_warm=self._answered_polls >= ORPHANED_AFTER_POLLS,
         )
+
+    def _undecided_after_gap(
+        self,
+        open_txns: list[OpenTransaction],
+        answers: dict[TxnKey, Classification],
+        untracked_polls: dict[TxnKey, int],
+        unanswered: frozenset[TxnKey],
+    ) -> frozenset[TxnKey]:
+        """Transactions seen right after a poll that could not observe their partition have a
+        gap in their consecutive answers (they may have been open, and untracked, through it):
+        until the rule decides them (orphaned, or tracked), whether they are orphaned is
+        unknown, not "no" (issue 30)."""
+        before = self._unobserved_before
+        open_keys = {t.key for t in open_txns}
+        # An unknown answer is a gap too: the next answer alone is not "two consecutive".
+        gap = {k for k in self._interrupted if k in open_keys} | set(unanswered)
+        for txn in open_txns:
+            if before is None or TopicPartition(txn.topic, txn.partition) in before:
+                gap.add(txn.key)
+        decided = {
+            k for k in gap
+            if answers.get(k) is Classification.COORDINATOR_TRACKED
+            or is_orphaned(untracked_polls.get(k, 0))
+        }
+        self._interrupted = gap - decided
+        return frozenset(self._interrupted)
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:
         """`rules.is_late` with each leader's threshold: ids to ask coordinators about."""

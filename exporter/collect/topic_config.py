@@ -12,6 +12,7 @@ from exporter.collect.connection import CollectError
 from exporter.collect.errors import error_name
 from exporter.collect.parse import parse_cleanup_policies
 from exporter.collect.pollstate import PollState
+from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.settings import ClusterSettings
 
 TOPICS_PER_REQUEST = 500
@@ -63,6 +64,10 @@ class TopicConfigReader:
             compacted, errors = parse_cleanup_policies(response)
             for _, code in errors:
                 state.error(broker_id, "DescribeConfigs", error_name(code))
+            failed = {name for name, _ in errors}
+            if any(t not in compacted and t not in failed for t in batch):
+                # A topic asked for and left out: unknown, and counted (issue 30).
+                state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)
             now = time.monotonic()
             for topic in batch:
                 if topic in compacted:

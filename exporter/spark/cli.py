@@ -118,9 +118,15 @@ def run_spark(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None
     conf = _spark_conf(args.conf, err)
     if conf is None:
         return EXIT_ERROR
-    if args.job == "history":
-        return _history(args, conf, out, err)
-    return _scan(args, conf, out, err)
+    try:
+        if args.job == "history":
+            return _history(args, conf, out, err)
+        return _scan(args, conf, out, err)
+    except ModuleNotFoundError as exc:
+        # The spark extra is not installed (numpy, pandas, pyspark): one line, exit 2.
+        err.write(f"{PROG} {args.job}: needs the spark extra (pip install "
+                  f"'kafka-txn-exporter[spark]'): missing module {exc.name}\n")
+        return EXIT_ERROR
 
 
 def _history(

@@ -348,6 +348,20 @@ class SimCluster:
         """Spoil the next `count` matching responses (None: all until `clear_faults`)."""
         self.call(self._faults.fail_next_responses, kind, broker_id, api_key, count)
 
+    def omit_from_responses(
+        self,
+        seed: int,
+        probability: float = 0.3,
+        broker_id: int | None = None,
+        api_key: int | None = None,
+        count: int | None = None,
+        keep: frozenset[str] = frozenset(),
+    ) -> None:
+        """Leave random array elements out of matching answers (kafka_sim.faults)."""
+        self.call(
+            self._faults.omit_from_responses, seed, probability, broker_id, api_key, count, keep
+        )
+
     def clear_faults(self) -> None:
         """Remove every latency and response-fault rule."""
         self.call(self._faults.clear)

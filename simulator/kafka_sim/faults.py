@@ -8,8 +8,9 @@ simulator's event-loop thread; `SimCluster` mutates them through its thread-safe
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 FaultKind = Literal["truncate", "malformed", "reset"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
@@ -34,6 +35,7 @@ class NetworkFaults:
     def __init__(self) -> None:
         self._latency_ms: dict[tuple[int | None, int | None], int] = {}
         self._response_faults: list[_ResponseFault] = []
+        self._omissions: list[_Omission] = []
 
     def set_latency(
         self, ms: int, broker_id: int | None = None, api_key: int | None = None
@@ -80,6 +82,80 @@ class NetworkFaults:
                 return rule.kind
         return None
 
+    def omit_from_responses(
+        self,
+        seed: int,
+        probability: float = 0.3,
+        broker_id: int | None = None,
+        api_key: int | None = None,
+        count: int | None = None,
+        keep: frozenset[str] = frozenset(),
+    ) -> None:
+        """Leave random elements out of the next `count` matching answers (None: until
+        cleared): each element of each array in the answer, at any depth, is dropped with
+        `probability`, drawn from `seed`, except the arrays named in `keep` (dotted field
+        paths such as "topics.partitions"). What a broken broker or a proxy in the middle may
+        send; the answer stays well-formed."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability must be within [0, 1], got {probability}")
+        self._omissions.append(
+            _Omission(random.Random(seed), probability, broker_id, api_key, count, keep)
+        )
+
+    def take_omission(self, broker_id: int, api_key: int) -> _Omission | None:
+        for rule in self._omissions:
+            if (rule.broker_id is None or rule.broker_id == broker_id) and (
+                rule.api_key is None or rule.api_key == api_key
+            ):
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining == 0:
+                        self._omissions.remove(rule)
+                return rule
+        return None
+
     def clear(self) -> None:
         self._latency_ms.clear()
         self._response_faults.clear()
+        self._omissions.clear()
+
+
+@dataclass(slots=True)
+class _Omission:
+    rng: random.Random
+    probability: float
+    broker_id: int | None
+    api_key: int | None
+    remaining: int | None
+    keep: frozenset[str]
+
+    def apply(self, response: Any, version: int) -> bytes:
+        """The answer's body with random array elements left out (decoded afresh, so the
+        simulator's own objects are never touched)."""
+        message_class = getattr(response, "_message_class", None) or type(response)
+        message = message_class.decode(bytes(response.encode(version=version)), version=version)
+        try:
+            message._header  # noqa: B018 - decoded without one: encode() reads it
+        except AttributeError:
+            message._header = None
+        self._drop(message, version, "")
+        return bytes(message.encode(version=version))
+
+    def _drop(self, container: Any, version: int, path: str) -> None:
+        struct = getattr(container, "_struct", None)
+        if struct is None:
+            return
+        for name, field_spec in struct.fields.items():
+            if not field_spec.for_version_q(version):
+                continue
+            value = getattr(container, name, None)
+            here = f"{path}.{name}" if path else name
+            if isinstance(value, list):
+                kept = value if here in self.keep else [
+                    v for v in value if self.rng.random() >= self.probability
+                ]
+                setattr(container, name, kept)
+                for item in kept:
+                    self._drop(item, version, here)
+            elif getattr(value, "_struct", None) is not None:
+                self._drop(value, version, here)

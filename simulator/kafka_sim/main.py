@@ -10,14 +10,25 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Sequence
 from types import FrameType
+from typing import NoReturn
 
 from kafka_sim.cluster import SimCluster, SimTls
 from kafka_sim.sasl import SUPPORTED_MECHANISMS
 from kafka_sim.versions import PROFILES
+
+EXIT_USAGE = 2
+MAX_BROKERS = 64
+
+
+def _start_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[:200]
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _topics(value: str) -> dict[str, int]:
@@ -42,8 +53,15 @@ SIM_PROG = "kafka-txn-exporter sim"
 CONSOLE_PROG = "kafka-txn-sim"
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line naming the flag, exit 2 (no usage block: --help has it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message[:400]}\n")
+
+
 def _parser(prog: str = SIM_PROG) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog=prog,
         description="Run a simulated Kafka cluster (real wire protocol) on this host.",
     )
@@ -97,18 +115,69 @@ def _parser(prog: str = SIM_PROG) -> argparse.ArgumentParser:
 
 
 def _sasl_users(parser: argparse.ArgumentParser, specs: Sequence[str]) -> dict[str, str] | None:
+    """NAME:ENV_VAR pairs. Neither the spec nor what follows the colon is ever echoed: people
+    do type NAME:PASSWORD (issue 30)."""
     if not specs:
         return None
     users: dict[str, str] = {}
     for spec in specs:
         name, sep, env_var = spec.partition(":")
         if not sep or not name or not env_var:
-            parser.error(f"--sasl-user expects NAME:ENV_VAR, got {spec!r}")
-        password = os.environ.get(env_var)
+            parser.error("--sasl-user expects NAME:ENV_VAR (the name of an environment "
+                         "variable holding the password, never the password itself)")
+        password = os.environ.get(env_var) if env_var.isidentifier() else None
         if not password:
-            parser.error(f"--sasl-user {name}: environment variable {env_var} is not set")
+            parser.error(f"--sasl-user {_short(name)}: the environment variable named after "
+                         "the colon is not set or empty (NAME:ENV_VAR; the password itself "
+                         "never goes on the command line)")
         users[name] = password
     return users
+
+
+def _short(text: str, limit: int = 64) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+_INTEGER_TYPES = {3: 2**31 - 1, 4: 2**15 - 1, 5: 2**63 - 1}  # INT, SHORT, LONG (ConfigType)
+_BOOLEAN_TYPE, _DOUBLE_TYPE = 1, 6
+
+
+def _check_broker_config(parser: argparse.ArgumentParser, overrides: Sequence[tuple[str, str]]
+                         ) -> None:
+    """A value of a known key must parse as Kafka would (an INT, LONG, BOOLEAN, DOUBLE); the
+    keys the simulator itself reads as numbers must be positive."""
+    from kafka_sim.broker_configs_4_0 import CAPTURED_BROKER_CONFIGS
+
+    types = {entry[0]: entry[5] for entry in CAPTURED_BROKER_CONFIGS}
+    for key, value in overrides:
+        config_type = types.get(key)
+        bad = False
+        if config_type in _INTEGER_TYPES:
+            try:
+                number = int(value.strip())
+            except ValueError:
+                bad = True
+            else:
+                bad = not -_INTEGER_TYPES[config_type] - 1 <= number <= _INTEGER_TYPES[
+                    config_type] or (key in _POSITIVE_KEYS and number < 1)
+        elif config_type == _BOOLEAN_TYPE:
+            bad = value.strip().lower() not in ("true", "false")
+        elif config_type == _DOUBLE_TYPE:
+            try:
+                float(value)
+            except ValueError:
+                bad = True
+        if bad:
+            parser.error(f"--config {_short(key)}: invalid value {_short(value, 40)}")
+
+
+_POSITIVE_KEYS = frozenset({
+    "default.replication.factor", "num.partitions", "offsets.topic.num.partitions",
+    "offsets.topic.replication.factor", "producer.id.expiration.ms",
+    "transaction.max.timeout.ms", "transaction.state.log.num.partitions",
+    "transaction.state.log.replication.factor",
+})
+"""Keys the simulator reads as numbers (ClusterState.config_int)."""
 
 
 def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
@@ -116,8 +185,14 @@ def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
     and errors name `prog`, the command the user typed."""
     parser = _parser(prog)
     args = parser.parse_args(list(argv))
-    if args.brokers < 1:
-        parser.error("--brokers must be >= 1")
+    if not 1 <= args.brokers <= MAX_BROKERS:
+        parser.error(f"--brokers must be between 1 and {MAX_BROKERS}")
+    if args.port_base and not 1 <= args.port_base <= 65536 - args.brokers:
+        parser.error(f"--port-base must be 0 (any free ports) or 1..{65536 - args.brokers} "
+                     f"for {args.brokers} broker(s)")
+    _check_broker_config(parser, args.config)
+    if len(args.host) > 253:
+        parser.error("--host: longer than a DNS name (253 characters)")
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     tls = None
@@ -127,6 +202,15 @@ def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
     if args.port_base:
         ports = [args.port_base + i for i in range(args.brokers)]
     mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
+    unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+    if unknown or not mechanisms:
+        parser.error(f"--sasl-mechanisms: expected some of {','.join(SUPPORTED_MECHANISMS)}"
+                     + (f", got {_short(unknown[0], 40)}" if unknown else ""))
+    sasl_users = _sasl_users(parser, args.sasl_user)
+    for option in ("tls_cert", "tls_key", "tls_ca"):
+        path = getattr(args, option)
+        if path is not None and not os.path.isfile(path):
+            parser.error(f"--{option.replace('_', '-')}: not a readable file: {_short(path)}")
 
     received: list[int] = []
 
@@ -137,17 +221,27 @@ def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with SimCluster(
+        sim = SimCluster(
             brokers=args.brokers,
             topics=args.topics,
             broker_config=dict(args.config),
             profile=args.profile,
             tls=tls,
-            sasl_users=_sasl_users(parser, args.sasl_user),
+            sasl_users=sasl_users,
             sasl_mechanisms=mechanisms,
             host=args.host,
             ports=ports,
-        ) as sim:
+        )
+        try:
+            sim.start()
+        except (OSError, ValueError, ssl.SSLError) as exc:
+            # A port in use, a host that does not resolve, TLS files that are not PEM: one
+            # line, exit 2 (the message names files by path only, never their content).
+            sim.close()
+            print(f"kafka-txn-exporter sim: cannot start: {_start_error(exc)}",
+                  file=sys.stderr, flush=True)
+            return EXIT_USAGE
+        try:
             print(sim.bootstrap_servers, flush=True)
             print(
                 f"# {args.brokers} broker(s), {sim.security_protocol}, profile {args.profile};"
@@ -157,6 +251,8 @@ def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
             )
             while not received:
                 time.sleep(0.2)
+        finally:
+            sim.close()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -624,6 +624,9 @@ class BrokerListener:
         response: Any,
     ) -> bool:
         header, body = _response_frame_parts(response, api_key, api_version, correlation_id)
+        omission = self._faults.take_omission(self.broker_id, api_key)
+        if omission is not None:
+            body = omission.apply(response, api_version)
         return await self._send_payload(conn, api_key, body, header)
 
     async def _send_payload(

@@ -139,6 +139,8 @@ def test_a_long_healthy_transaction_is_described_from_its_second_poll_and_never_
 
 
 def test_coordinator_loading_is_unknown_never_orphaned(env: PollEnv) -> None:
+    """While the coordinator cannot answer, the count is absent; the answers before and
+    after the interruption still count as consecutive."""
     _, _, offset = hanging_transaction(env.bootstrap, "hang-l", "t", 0, now_ms=env.now_ms)
     next_poll(env)  # first seen: not asked
     snap = next_poll(env)  # not tracked once
@@ -153,8 +155,8 @@ def test_coordinator_loading_is_unknown_never_orphaned(env: PollEnv) -> None:
     assert snap.orphaned_transactions == ()
     assert orphaned_by_broker(snap)[leader] is None
     env.sim.call(state.coordinator.loading_partitions.discard, partition)
-    snap = next_poll(env)  # the count started again: not tracked once
-    assert snap.orphaned_transactions == () and orphaned_by_broker(snap)[leader] == 0
+    # An interrupted check is no evidence either way (issue 30): the count did not start
+    # again, so the second "not tracked" answer, at the first successful check, decides.
     snap = next_poll(env)
     (orphan,) = snap.orphaned_transactions
     assert orphan.transaction.key == ("t", 0, orphan.transaction.producer_id, 0, offset)
@@ -219,3 +221,20 @@ def test_a_transaction_late_when_first_seen_counts_only_from_its_second_poll(
     _, snap = env.poll()
     (orphan,) = snap.orphaned_transactions
     assert orphan.late and orphan.classification is Classification.HANGING
+
+
+def test_an_orphan_stays_orphaned_through_a_listing_error_issue_30(env: PollEnv) -> None:
+    """A transient ListTransactions error after the verdict: the broker's count is absent
+    (never 0) for that poll, and the transaction is orphaned again at the next one."""
+    hanging_transaction(env.bootstrap, "hang-e", "t", 1, now_ms=env.now_ms)
+    for _ in range(3):
+        snap = next_poll(env)
+    leader = env.leader("t", 1)
+    assert orphaned_by_broker(snap)[leader] == 1
+    env.sim.fail_next_responses("malformed", api_key=LIST_TRANSACTIONS, count=3)
+    snap = next_poll(env)
+    assert orphaned_by_broker(snap)[leader] is None
+    assert snap.orphaned_transactions == ()
+    snap = next_poll(env)
+    assert orphaned_by_broker(snap)[leader] == 1
+    assert len(snap.orphaned_transactions) == 1

@@ -1,0 +1,51 @@
+"""The console script's first code: signal handlers before any heavy import (issue 30 item 5).
+
+Until a command installs its own handling (`serve` notes signals and stops or reloads in its
+main loop), a signal must neither kill the process with the kernel's default action nor raise
+KeyboardInterrupt inside an import (where it can be swallowed): SIGTERM and SIGINT end the
+process at once (nothing is running yet that needs a clean stop) with `serve`'s (and
+`demo`'s) documented status 0, or for the other commands 130 for SIGINT (as Ctrl-C) and 143
+for SIGTERM; SIGHUP is ignored by `serve` and `demo` (the configuration is about to be read
+anyway). Only `signal`, `os` and
+`sys` are imported here. The interpreter's own start-up, before this runs, is out of reach.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+EXIT_SIGTERM_BEFORE_START = 143
+"""128 + SIGTERM, what a shell reports for a process ended by it (commands other than serve)."""
+
+
+def _early_exit_status(signum: int, serving: bool) -> int:
+    if serving:
+        return 0
+    return 130 if signum == signal.SIGINT else EXIT_SIGTERM_BEFORE_START
+
+
+def install_early_handlers(argv: list[str]) -> None:
+    serving = bool(argv) and argv[0] in ("serve", "demo")
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and not serving:
+            os.write(2, b"kafka-txn-exporter: interrupted\n")  # as exporter.cli.main says
+        os._exit(_early_exit_status(signum, serving))
+
+    # SIGTERM last: once it is caught, the others are handled too (what the test waits for).
+    if serving:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # An inherited "ignore" (a shell's background job, nohup) stands.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+
+
+def main() -> int:
+    install_early_handlers(sys.argv[1:])
+    from exporter.cli import main as cli_main
+
+    return cli_main()
