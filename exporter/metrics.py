@@ -158,8 +158,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kafka_txn_exporter_orphan_detection_warm", "gauge",
         "1 when the last poll's orphaned verdicts are complete (coordinators were asked on "
-        "enough consecutive polls that an orphaned transaction is reported), 0 while they are "
-        "not yet (after a start or a failed poll) or the last poll failed.",
+        "enough polls that an orphaned transaction is reported), 0 while they are not yet "
+        "(after a start) or the last poll failed.",
         ("cluster",),
     ),
     MetricSpec(

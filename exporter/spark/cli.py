@@ -212,7 +212,7 @@ def _scan(
     for scan in scans:
         if scan.snapshot is None:
             failed += 1
-            out.write(f"{scan.cluster}: poll failed: {scan.error}\n")
+            out.write(f"{scan.cluster}: up=0 (poll failed: {scan.error})\n")
             continue
         snap = scan.snapshot
         if not snap.up:

@@ -43,11 +43,13 @@ class ClusterScan:
 
 def poll_and_analyze(settings: ClusterSettings, orphan_check_seconds: float = 0.0) -> ClusterScan:
     """Runs inside a Spark task. A failure is data (up=0 for that cluster), not a job abort."""
-    from exporter.scan import scan_cluster
+    from exporter.scan import ClusterFailed, scan_cluster
 
     started = time.monotonic()
     try:
         snapshot = scan_cluster(settings, orphan_check_seconds)
+    except ClusterFailed as exc:  # no broker answered: the cause, as `scan` names it
+        return ClusterScan(settings.name, None, str(exc), time.monotonic() - started)
     except Exception as exc:  # any poll failure becomes kafka_txn_exporter_up 0
         return ClusterScan(settings.name, None, f"{type(exc).__name__}: {exc}",
                            time.monotonic() - started)
