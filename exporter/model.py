@@ -259,7 +259,7 @@ class ClusterObservation:
     orphan_detection_warm: bool = False
     """True when this poll's orphaned verdicts are complete: the poller asked coordinators on
     enough consecutive polls (`rules.ORPHANED_AFTER_POLLS`) that a transaction untracked all
-    along is reported orphaned now. False after a start and after a failed poll: an orphaned
+    along is reported orphaned now. False after a start (and on a failed poll): an orphaned
     transaction missing from this poll may still be open (the alert rules hold it)."""
 
 
