@@ -17,8 +17,9 @@ the JVM tools run a few times per version instead of once per case:
 
 After the first observations the fixture runs the project's own `kafka-txn-exporter abort`
 as a subprocess on the two late hanging transactions (and on any other late hanging one an
-earlier test module left on the shared broker, so the broker-wide gauge can reach 0), tries
-it on the young one (refused), and observes again.
+earlier test module left on the shared broker, so the broker-wide gauge can reach 0) and on the
+young orphaned one (abort confirms it orphaned with scan's two looks, docs/abort.md), tries it
+on the healthy open one (refused: its coordinator tracks it), and observes again.
 """
 
 from __future__ import annotations
@@ -248,6 +249,10 @@ def scene(
         scene.aborts["young"] = _abort(
             config, young.topic, young.partition, young.start_offset, "--yes"
         )
+        scene.aborts["healthy"] = _abort(
+            config, healthy_open.topic, healthy_open.partition, healthy_open.start_offset,
+            "--yes",
+        )
         # Late hanging transactions earlier test modules left on the shared broker: the
         # broker-wide gauge counts them too.
         _, snapshot = scene.last
@@ -476,9 +481,13 @@ def test_the_abort_command_ends_what_kafka_and_the_exporter_call_hanging(scene: 
         assert "Aborted: no open transaction at offset" in result.stdout
     for result in scene.leftovers_aborted:
         assert result.returncode == 0, result.stdout + result.stderr
-    refused = scene.aborts["young"]
+    orphaned = scene.aborts["young"]
+    assert orphaned.returncode == 0, orphaned.stdout + orphaned.stderr
+    assert "Classification:   orphaned" in orphaned.stdout
+    assert "Aborted: no open transaction at offset" in orphaned.stdout
+    refused = scene.aborts["healthy"]
     assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert "refused" in refused.stderr
+    assert "refused" in refused.stderr and "nothing written" in refused.stdout
 
     # The LSO moved to the high watermark (ListOffsets read_committed vs read_uncommitted).
     late_tp = TopicPartition(scene.late.topic, scene.late.partition)
