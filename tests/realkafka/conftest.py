@@ -8,14 +8,27 @@ nothing is skipped.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from kafka_sim.realkafka import RealKafkaCluster, start_cluster
 from realhelpers import VERIFICATION_OFF, kafka_versions
 
 _HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def reset_logging() -> Iterator[None]:
+    """Commands run in-process here (`abort`, `scan`) configure logging onto the stream pytest
+    captured for that test; later tests must not log into it."""
+    yield
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
