@@ -15,15 +15,15 @@ import shlex
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
+from waits import wait_for
 
 import exporter.demo as demo
 from exporter.expose.http import MetricsServer
@@ -38,17 +38,6 @@ def _page(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
         text: str = response.read().decode("utf-8")
         return text
-
-
-def _wait(what: str, check: Callable[[], Any], timeout_seconds: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _commands_on_page(port: int) -> list[str]:
@@ -115,15 +104,15 @@ def test_serve_status_page_abort_command_runs_as_printed(sim: SimCluster, tmp_pa
             assert proc.poll() is None, log_path.read_text(encoding="utf-8", errors="replace")
             return None
 
-        web_port = _wait("serve to listen", port, 30)
+        web_port = wait_for("serve to listen", port, 30)
         _, _, start = hanging_transaction(sim.bootstrap_servers, "hang-serve", "t", 1,
                                           transaction_timeout_ms=TRANSACTION_MAX_TIMEOUT_MS)
-        (command,) = _wait("the abort command on the page", lambda: _commands_on_page(web_port))
+        (command,) = wait_for("the abort command on the page", lambda: _commands_on_page(web_port))
         assert shlex.split(command)[shlex.split(command).index("--config") + 1] == str(
             config_file)
         _check_and_run(command, start, elsewhere)
-        _wait("the page to show the transaction gone",
-              lambda: "No late transactions." in _page(web_port))
+        wait_for("the page to show the transaction gone",
+                 lambda: "No late transactions." in _page(web_port))
     finally:
         proc.terminate()
         proc.wait(timeout=15)
@@ -158,15 +147,15 @@ def test_demo_status_page_abort_command_runs_as_printed(
     thread = threading.Thread(target=run, name="demo", daemon=True)
     thread.start()
     try:
-        _wait("the demo to start", lambda: servers, 60)
+        wait_for("the demo to start", lambda: servers, 60)
         web_port = servers[0].port
-        (command,) = _wait("the abort command on the page", lambda: _commands_on_page(web_port))
+        (command,) = wait_for("the abort command on the page", lambda: _commands_on_page(web_port))
         config = shlex.split(command)[shlex.split(command).index("--config") + 1]
         assert f"config:    {config}" in banner.getvalue()  # the banner says where it is
         assert made, "the demo made no hanging transaction"
         _check_and_run(command, made[0][2], tmp_path)
-        _wait("the page to show the transaction gone",
-              lambda: "No late transactions." in _page(web_port))
+        wait_for("the page to show the transaction gone",
+                 lambda: "No late transactions." in _page(web_port))
     finally:
         stop.set()
         thread.join(timeout=60)

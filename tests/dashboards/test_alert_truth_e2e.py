@@ -46,6 +46,7 @@ from exporterproc import ExporterProcess, free_port
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver, stopping
+from waits import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.system_tools]  # prometheus, alertmanager
 
@@ -60,15 +61,8 @@ SAMPLE_SECONDS = 0.25
 COMMAND = re.compile(r'<code class="cmd">(.*?)</code>', re.S)
 
 
-def _wait(what: str, check: Callable[[], Any], timeout_seconds: float = WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+def _wait(what: str, check: Any, timeout_seconds: float = WAIT_SECONDS) -> Any:
+    return wait_for(what, check, timeout_seconds)
 
 
 @dataclass

@@ -49,6 +49,7 @@ from kafka_sim.cluster import SimCluster
 from kafka_sim.consumer import commit_offset
 from kafka_sim.producer import hanging_transaction, open_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
+from waits import wait_for
 
 from exporter.app import serve
 from exporter.expose.http import MetricsServer
@@ -133,14 +134,7 @@ def _start_exporter(bootstrap: str) -> tuple[threading.Event, threading.Thread, 
 
 
 def _wait(what: str, check: Any, timeout_seconds: float = WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    return wait_for(what, check, timeout_seconds)
 
 
 def _alert_notification(
