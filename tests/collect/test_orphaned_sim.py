@@ -238,3 +238,27 @@ def test_an_orphan_stays_orphaned_through_a_listing_error_issue_30(env: PollEnv)
     snap = next_poll(env)
     assert orphaned_by_broker(snap)[leader] == 1
     assert len(snap.orphaned_transactions) == 1
+
+
+def test_orphan_detection_is_warm_exactly_when_an_orphan_open_all_along_is_reported(
+    env: PollEnv,
+) -> None:
+    """`orphan_detection_warm` (issue 27): after a start an orphan is reported from the third
+    poll, and the alert rules hold its page while no replica is warm, so the flag must be false
+    exactly until then. A failed poll (no Metadata) is no evidence (issue 30): the consecutive
+    answers stand, so the first poll after it is warm and reports the orphan again."""
+    hanging_transaction(env.bootstrap, "hang-warm", "t", 0, now_ms=env.now_ms)
+    seen = [next_poll(env) for _ in range(4)]
+    assert [s.orphan_detection_warm for s in seen] == [False, False, True, True]
+    assert [len(s.orphaned_transactions) for s in seen] == [0, 0, 1, 1]
+
+    for node in env.sim.node_ids:
+        env.sim.stop_broker(node)
+    failed = next_poll(env)
+    assert not failed.up and not failed.orphan_detection_warm
+    for node in env.sim.node_ids:
+        env.sim.start_broker(node)
+    after = [next_poll(env) for _ in range(3)]
+    assert [s.up for s in after] == [True, True, True]
+    assert [s.orphan_detection_warm for s in after] == [True, True, True]
+    assert [len(s.orphaned_transactions) for s in after] == [1, 1, 1]
