@@ -168,9 +168,12 @@ def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
     return [data]
 
 
-LISTEN_BACKLOG = 128
-# A burst of concurrent scrapers overflows socketserver's default backlog of 5: the kernel drops
-# SYNs, which clients retry after 1 s, 3 s, 7 s (seen in benchmarks/bench_scrape_load.py).
+LISTEN_BACKLOG = 4096
+"""As Go's net package: ask for the most (the kernel caps it at net.core.somaxconn, 4096 by
+default since Linux 5.4). A full backlog drops SYNs, which clients retry after 1 s, 3 s, 7 s: a
+burst of concurrent scrapers overflowed socketserver's 5 (benchmarks/bench_scrape_load.py), and
+a crowd reconnecting in bursts overflowed 128, delaying a scrape by 1 s now and then
+(benchmarks/bench_idle_crowd.py)."""
 HTTP_HEAD_TIMEOUT_SECONDS = 10.0
 """From accept to a complete request head (TLS handshake included): a client that connects
 and sends nothing, or trickles its request, is closed after this long."""
@@ -437,6 +440,7 @@ class MetricsServer:
             request_deadline_seconds=HTTP_REQUEST_DEADLINE_SECONDS
             if request_deadline_seconds is None else request_deadline_seconds,
             stop_grace_seconds=STOP_GRACE_SECONDS,
+            listen_backlog=LISTEN_BACKLOG,
         )
         app = make_app(registry, store, config_file, web.telemetry_path)
         if web_config.basic_auth_users:

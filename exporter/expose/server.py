@@ -189,6 +189,7 @@ class ServerLimits:
     request_deadline_seconds: float
     """From accept to the last byte of the answer."""
     stop_grace_seconds: float = 1.0
+    listen_backlog: int = 4096
 
 
 @dataclass
@@ -246,7 +247,10 @@ class EventLoopHttpServer:
         asyncio.set_event_loop(self._loop)
 
         async def begin() -> None:
-            self._server = await asyncio.start_server(self._accepted, sock=self._listen)
+            # asyncio listens again on the socket with its own backlog (100 by default).
+            self._server = await asyncio.start_server(
+                self._accepted, sock=self._listen, backlog=self.limits.listen_backlog
+            )
 
         self._loop.run_until_complete(begin())
         self._started.set()
