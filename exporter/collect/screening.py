@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 
@@ -27,9 +28,7 @@ from exporter.collect.client import (
 from exporter.collect.connection import CollectError
 from exporter.collect.errors import error_name
 from exporter.collect.fastdecode import lean
-from exporter.collect.parse import parse_list_offsets
 from exporter.collect.pollstate import PollState
-from exporter.model import TopicPartition
 
 _DECODE = lean(ListOffsetsResponse)
 
@@ -59,29 +58,58 @@ async def _screen_at(
         client.send(leader, list_offsets_request(partitions, READ_UNCOMMITTED), _DECODE),
         client.send(leader, list_offsets_request(partitions, READ_COMMITTED), _DECODE),
     )
-    answers: list[dict[TopicPartition, int]] = []
-    errored: set[TopicPartition] = set()
+    answers: list[dict[str, list[Any]]] = []
     for result in results:
         if isinstance(result, CollectError):
             state.error(leader, "ListOffsets", result.kind)
             return partitions  # all of them to DescribeProducers
         if isinstance(result, BaseException):
             raise result
-        found, errors = parse_list_offsets(result)
-        for tp, code in errors:
-            state.error(leader, "ListOffsets", error_name(code))
-            errored.add(tp)
-        answers.append(found)
+        by_topic: dict[str, list[Any]] = {}
+        for topic in result.topics:
+            by_topic.setdefault(topic.name, []).extend(topic.partitions)
+        answers.append(by_topic)
     high_watermarks, stable_offsets = answers
     ask: dict[str, list[int]] = {}
     for topic, indexes in partitions.items():
-        for p in indexes:
-            tp = TopicPartition(topic, p)
-            high_watermark = high_watermarks.get(tp)
-            stable = stable_offsets.get(tp)
-            if high_watermark is not None and high_watermark == stable:
+        hw_parts = high_watermarks.get(topic, [])
+        lso_parts = stable_offsets.get(topic, [])
+        # Per-partition work without objects: brokers answer in the order asked.
+        if len(hw_parts) != len(indexes) or len(lso_parts) != len(indexes):
+            hw_parts = _aligned(hw_parts, indexes)
+            lso_parts = _aligned(lso_parts, indexes)
+        for p, a, b in zip(indexes, hw_parts, lso_parts, strict=True):
+            if (
+                a is not None and b is not None
+                and a.partition_index == p == b.partition_index
+                and a.error_code == 0 == b.error_code
+                and a.offset == b.offset >= 0
+            ):
                 continue  # clear: no open transaction below the high watermark
-            if (high_watermark is None or stable is None) and tp not in errored:
-                state.error(leader, "ListOffsets", "MISSING_FROM_ANSWER")  # issue 30
+            if a is None or b is None or a.partition_index != p or b.partition_index != p:
+                a, b = _find(hw_parts, p), _find(lso_parts, p)
+            for answer in (a, b):
+                if answer is None:  # left out of an answer: counted (issue 30)
+                    state.error(leader, "ListOffsets", "MISSING_FROM_ANSWER")
+                elif answer.error_code:
+                    state.error(leader, "ListOffsets", error_name(answer.error_code))
+            if (
+                a is not None and b is not None and a.error_code == 0 == b.error_code
+                and a.offset == b.offset >= 0
+            ):
+                continue  # answered out of order, still clear
             ask.setdefault(topic, []).append(p)
     return ask
+
+
+def _aligned(parts: list[Any], indexes: list[int]) -> list[Any]:
+    """`parts` in the order of `indexes`, None where one is missing (first answer kept)."""
+    by_index: dict[int, Any] = {}
+    for part in parts:
+        by_index.setdefault(part.partition_index, part)
+    return [by_index.get(p) for p in indexes]
+
+
+def _find(parts: list[Any], index: int) -> Any:
+    return next((part for part in parts if part is not None and part.partition_index == index),
+                None)
