@@ -173,3 +173,46 @@ def test_expired_states_demote_a_partition_at_the_next_sweep(
         counts.clear()
         p.poll()
         assert {(t, i) for t, i in counts if t == HOT} == {(HOT, i) for i in range(PARTITIONS)}
+
+
+def test_batches_fit_the_response_limit_and_a_partition_too_large_alone_is_unobserved() -> None:
+    """No answer too big (issue 28 item 4): a batch whose answer crossed `max_response_bytes`
+    is asked one partition per request next time, then batched by the learnt states so no
+    answer crosses the limit again; a partition whose answer alone crosses it is screened
+    with ListOffsets and, when it must be asked (LSO < HW), unobserved as ANSWER_TOO_LARGE,
+    never "no transaction"."""
+    limit = 64 * 1024
+    with SimCluster(brokers=3, topics={HOT: PARTITIONS, COLD: PARTITIONS},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        now = sim.clock.now_ms()
+        rng = random.Random(3)
+        sim.call(seed_producer_states, sim.state, HOT, 0, 3000, now_ms=now, rng=rng)
+        for p in range(1, PARTITIONS):
+            sim.call(seed_producer_states, sim.state, HOT, p, 400, now_ms=now, rng=rng)
+        settings = cluster_settings(sim, "limit", max_response_bytes=limit)
+        p = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
+        try:
+            first = p.poll()  # nothing learnt yet: an answer crosses the limit
+            assert any(e.api == "DescribeProducers" and e.error == "DECODE_ERROR"
+                       for e in first.request_errors)
+            assert TopicPartition(HOT, 0) in first.unobserved
+            # Asked alone: hot-0 alone is too large (its leader's connection is lost again,
+            # with what else that leader was asked), the other leaders' partitions answer.
+            second = p.poll()
+            assert second.unobserved.get(TopicPartition(HOT, 0)) == "DECODE_ERROR"
+            big_leader = second.leaders[TopicPartition(HOT, 0)]
+            assert {second.leaders[tp] for tp in second.unobserved} == {big_leader}
+            for _ in range(3):  # learnt: no answer crosses the limit, hot-0 screened clear
+                obs = p.poll()
+                assert not obs.unobserved
+                assert not [e for e in obs.request_errors if e.api == "DescribeProducers"]
+            txn = open_transaction(sim.bootstrap_servers, "in-big", HOT, [0, 1],
+                                   now_ms=sim.clock.now_ms)
+            try:
+                obs = p.poll()
+                assert obs.unobserved == {TopicPartition(HOT, 0): "ANSWER_TOO_LARGE"}
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 1)}
+            finally:
+                txn.abort()
+        finally:
+            p.close()
