@@ -187,7 +187,8 @@ def main() -> int:
                          / FULL_SWEEP_EVERY_POLLS for k in keys}
             results[mean] = {"full": full, "screened": screened, "amortized": amortized}
             assert screened["open"] == full["open"], (screened, full)
-            common.emit({"bench": "producer_states", "mean_states": mean, **seeded,
+            common.emit({"bench": "producer_states", "machine": info, "mean_states": mean,
+                         **seeded,
                          "full": full, "screened": screened, "amortized": amortized})
     base = results.get(0.0)
     print(f"\n{'states':>7} | {'strategy':>9} | {'bytes':>10} | {'req':>4} | {'exp CPU ms':>10} |"
