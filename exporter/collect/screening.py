@@ -74,30 +74,24 @@ async def _screen_at(
     for topic, indexes in partitions.items():
         hw_parts = high_watermarks.get(topic, [])
         lso_parts = stable_offsets.get(topic, [])
-        # Per-partition work without objects: brokers answer in the order asked.
-        if len(hw_parts) != len(indexes) or len(lso_parts) != len(indexes):
+        # Per-partition work without objects; an answer in another order than asked (or with
+        # partitions left out) is aligned to the order asked first, once per topic.
+        if [part.partition_index for part in hw_parts] != indexes:
             hw_parts = _aligned(hw_parts, indexes)
+        if [part.partition_index for part in lso_parts] != indexes:
             lso_parts = _aligned(lso_parts, indexes)
         for p, a, b in zip(indexes, hw_parts, lso_parts, strict=True):
             if (
                 a is not None and b is not None
-                and a.partition_index == p == b.partition_index
                 and a.error_code == 0 == b.error_code
                 and a.offset == b.offset >= 0
             ):
                 continue  # clear: no open transaction below the high watermark
-            if a is None or b is None or a.partition_index != p or b.partition_index != p:
-                a, b = _find(hw_parts, p), _find(lso_parts, p)
             for answer in (a, b):
                 if answer is None:  # left out of an answer: counted (issue 30)
                     state.error(leader, "ListOffsets", "MISSING_FROM_ANSWER")
                 elif answer.error_code:
                     state.error(leader, "ListOffsets", error_name(answer.error_code))
-            if (
-                a is not None and b is not None and a.error_code == 0 == b.error_code
-                and a.offset == b.offset >= 0
-            ):
-                continue  # answered out of order, still clear
             ask.setdefault(topic, []).append(p)
     return ask
 
@@ -109,7 +103,3 @@ def _aligned(parts: list[Any], indexes: list[int]) -> list[Any]:
         by_index.setdefault(part.partition_index, part)
     return [by_index.get(p) for p in indexes]
 
-
-def _find(parts: list[Any], index: int) -> Any:
-    return next((part for part in parts if part is not None and part.partition_index == index),
-                None)
