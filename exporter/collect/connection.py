@@ -63,6 +63,12 @@ class DecodeError(CollectError):
     kind = "DECODE_ERROR"
 
 
+class ResponseTooLarge(DecodeError):
+    """A response frame above `max_response_bytes` (the connection is closed: its bytes are
+    not read). Kind DECODE_ERROR as before; the type lets DescribeProducers ask smaller
+    batches next time (issue 28)."""
+
+
 class AuthenticationFailed(CollectError):
     kind = "AUTHENTICATION_FAILED"
 
@@ -358,7 +364,7 @@ class BrokerConnection:
                             "expects TLS (SSL or SASL_SSL), configure a `tls` section"
                         )
                         break
-                    error = DecodeError(
+                    error = ResponseTooLarge(
                         f"response frame of {size} bytes from {self.host}:{self.port} exceeds "
                         f"max_response_bytes ({self._options.max_response_bytes})"
                     )

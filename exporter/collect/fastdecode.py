@@ -26,7 +26,7 @@ import struct
 import uuid
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.collect.shapes import ShapeError, check_response
@@ -112,6 +112,9 @@ class DescribeProducersTopic:
     answered_indexes: array[int]
     """Every partition index the answer holds, empty ones included: a requested partition
     missing here was not observed (an int32 array: no object per partition)."""
+    state_counts: list[tuple[int, int]] = field(default_factory=list)
+    """(partition index, producer states) of the partitions answered with two or more
+    producer states, open or not: the poller screens crowded partitions (issue 28)."""
 
 
 @dataclass(slots=True)
@@ -373,6 +376,7 @@ def decode_describe_producers(
         partitions: list[DescribeProducersPartition] = []
         answered: list[int] = []  # a list appends faster; packed below so it is not kept
         answer = answered.append
+        state_counts: list[tuple[int, int]] = []
         for _ in range(partition_count):
             index, error_code, message_size, producer_count, tags = unpack_head(data, pos)
             answer(index)
@@ -389,6 +393,8 @@ def decode_describe_producers(
                         continue
             message, pos = _nullable_string(data, pos + 6)
             producer_count, pos = _array(data, pos, "active_producers")
+            if producer_count >= 2 and error_code == 0:
+                state_counts.append((index, producer_count))
             producers: list[ActiveProducer] = []
             for _ in range(producer_count):
                 fields = _PRODUCER.unpack_from(data, pos)
@@ -401,7 +407,9 @@ def decode_describe_producers(
                     DescribeProducersPartition(index, error_code, message, producers)
                 )
         pos = _skip_tags(data, pos)
-        topics.append(DescribeProducersTopic(name, partitions, array("i", answered)))
+        topics.append(
+            DescribeProducersTopic(name, partitions, array("i", answered), state_counts)
+        )
     pos = _skip_tags(data, pos)
     _end(data, pos)
     return LeanDescribeProducersResponse(version, throttle_time_ms, topics)

@@ -36,6 +36,9 @@ class ProducersAnswer:
     """Partitions answered with an error code (not observed)."""
     missing: list[TopicPartition] = field(default_factory=list)
     """Partitions asked for that the answer leaves out (not observed either)."""
+    state_counts: list[tuple[TopicPartition, int]] = field(default_factory=list)
+    """Partitions answered (error 0) with two or more producer states, open or not, and how
+    many: what the poller learns to screen by (issue 28)."""
 
 
 def parse_describe_producers(
@@ -59,11 +62,20 @@ def parse_describe_producers(
             else lean_indexes.tolist()
         )
         answered[name] = answered[name] + indexes if name in answered else indexes
+        lean_counts = getattr(topic, "state_counts", None)
+        if lean_counts is not None:
+            answer.state_counts.extend(
+                (TopicPartition(name, index), count) for index, count in lean_counts
+            )
         for p in topic.partitions:
             code = p.error_code
             if code != NONE:
                 answer.errors.append((TopicPartition(name, p.partition_index), code))
                 continue
+            if lean_counts is None and len(p.active_producers) >= 2:
+                answer.state_counts.append(
+                    (TopicPartition(name, p.partition_index), len(p.active_producers))
+                )
             for producer in p.active_producers:
                 start_offset = producer.current_txn_start_offset
                 if start_offset >= 0 or not open_only:

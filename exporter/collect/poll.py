@@ -64,6 +64,7 @@ class ClusterPoller:
         settings: ClusterSettings,
         clock_ms: Callable[[], int] = wall_clock_ms,
         also_ask: Callable[[OpenTransaction], bool] | None = None,
+        screen_crowded_partitions: bool = True,
     ) -> None:
         self.settings = settings
         self._clock_ms = clock_ms
@@ -74,7 +75,11 @@ class ClusterPoller:
         self._lock = threading.Lock()
         self._client = ClusterClient(settings)
         self._support = ApiSupportLog(settings.name)
-        self._producers = ProducerStateReader(self._client, settings, self._support)
+        self._producers = ProducerStateReader(
+            self._client, settings, self._support, screening=screen_crowded_partitions
+        )
+        """`screen_crowded_partitions`=False: DescribeProducers for every partition every
+        poll (the reference of the differential test, tests/collect/test_screening_*)."""
         self._start_times = StartTimeResolver(self._client)
         self._broker_config = BrokerConfigReader(self._client, settings)
         self._topic_config = TopicConfigReader(self._client, settings)

@@ -1,6 +1,14 @@
 """Producer state: DescribeProducers on every partition's leader, batched, with one retry of
 partitions whose leadership moved since Metadata. Every partition asked for ends up either in
-`PollState.open_entries` (its open transactions, if any) or in `PollState.unobserved`."""
+`PollState.open_entries` (its open transactions, if any) or in `PollState.unobserved`.
+
+Crowded partitions (issue 28): a partition whose last answer held SCREEN_FROM_STATES or more
+producer states (idempotent producers keep one each for `producer.id.expiration.ms`) is
+screened first with ListOffsets (`collect.screening`) and asked DescribeProducers only when
+its last stable offset is below its high watermark or its offsets could not be read. Every
+FULL_SWEEP_EVERY_POLLS polls every partition is asked again (the counts are re-learnt, and a
+transaction whose first batch is not yet below the high watermark, which screening cannot
+see, is found)."""
 
 from __future__ import annotations
 
@@ -16,17 +24,35 @@ from exporter.collect.client import (
     batch_partitions,
     describe_producers_request,
 )
-from exporter.collect.connection import BrokerConnection, CollectError
+from exporter.collect.connection import BrokerConnection, CollectError, ResponseTooLarge
 from exporter.collect.errors import NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED, error_name
 from exporter.collect.fastdecode import decode_open_producers
 from exporter.collect.fastencode import LeanRequest
-from exporter.collect.parse import parse_describe_producers
+from exporter.collect.parse import ProducersAnswer, parse_describe_producers
 from exporter.collect.pollstate import UNSUPPORTED_API_KIND, ApiSupportLog, PollState
+from exporter.collect.screening import screen
 from exporter.logs import get_logger
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
 
 log = get_logger()
+
+SCREEN_FROM_STATES = 3
+"""Producer states from which a partition is screened. Measured on Kafka 4.0 (issue 28): per
+partition, the two ListOffsets cost ~54 bytes and DescribeProducers ~9 bytes + ~37 per
+state, so screening pays in bytes from ~1.2 states and in exporter CPU from ~3."""
+FULL_SWEEP_EVERY_POLLS = 20
+"""Every this many polls, every partition is asked DescribeProducers (README: the bound)."""
+
+ANSWER_BYTES_PER_STATE = 37
+"""One producer state in a DescribeProducers v0 answer: id 8, epoch 4, last sequence 4, last
+timestamp 8, coordinator epoch 4, txn start offset 8, tags 1."""
+ANSWER_BYTES_PER_PARTITION = 16
+"""A partition's own fields (index, error, message, array length, tags), rounded up."""
+ANSWER_TOO_LARGE = "ANSWER_TOO_LARGE"
+"""Unobserved detail of a partition whose answer alone would cross half of
+`max_response_bytes` (states can grow between two answers): it is not asked (the oversized
+frame would cost the whole connection, and with it every partition of its leader)."""
 
 MISSING_FROM_ANSWER = "MISSING_FROM_ANSWER"
 """Unobserved detail of a partition asked for but left out of the leader's answer."""
@@ -36,6 +62,8 @@ MISSING_FROM_ANSWER = "MISSING_FROM_ANSWER"
 # ~198k fewer partitions (and ~20k fewer idempotent producers) decoded into objects per poll.
 _DECODE_DESCRIBE_PRODUCERS = functools.partial(decode_open_producers, DescribeProducersResponse)
 
+
+_ByLeader = Mapping[int, Mapping[str, Sequence[int]]]
 
 _Request = tuple[
     int, list[tuple[str, Sequence[int]]], Callable[[BrokerConnection], LeanRequest]
@@ -47,18 +75,68 @@ class ProducerStateReader:
     """DescribeProducers for one cluster; remembers which denied topics it has logged."""
 
     def __init__(
-        self, client: ClusterClient, settings: ClusterSettings, support: ApiSupportLog
+        self,
+        client: ClusterClient,
+        settings: ClusterSettings,
+        support: ApiSupportLog,
+        *,
+        screening: bool = True,
     ) -> None:
         self._client = client
         self._settings = settings
         self._support = support
+        self._screening = screening
+        """False: every partition asked DescribeProducers every poll (the reference strategy
+        of the differential test)."""
         self._denied_topics_logged: set[str] = set()
         self._cached_requests: (
-            tuple[Mapping[int, Mapping[str, Sequence[int]]], int, list[_Request]] | None
+            tuple[_ByLeader, int, list[_Request], int, list[tuple[int, TopicPartition]]] | None
         ) = None
+        self._crowded: dict[TopicPartition, int] = {}
+        """Partitions whose last DescribeProducers answer held SCREEN_FROM_STATES or more
+        producer states, with that count (pruned to Metadata at each full sweep)."""
+        self._crowded_version = 0
+        """Changes with `_crowded`, `_ask_alone` and `_too_large`: built batches are stale."""
+        self._ask_alone: set[TopicPartition] = set()
+        """Partitions of a batch whose answer crossed `max_response_bytes`: asked one per
+        request until answered (their counts are learnt then)."""
+        self._too_large: set[TopicPartition] = set()
+        """Partitions whose answer alone crossed `max_response_bytes`: not asked again
+        (ANSWER_TOO_LARGE), screened with ListOffsets instead."""
+        self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
+        self._polls_until_sweep = 0
+
+    def crowded_partitions(self) -> int:
+        return len(self._crowded)
 
     async def read(self, meta: MetadataView, state: PollState) -> None:
-        retry = await self._round(meta.by_leader, state, retry_allowed=True)
+        if not (self._crowded or self._too_large) or self._polls_until_sweep <= 0:
+            # Full sweep (also every poll while no partition is crowded: today's poll).
+            relearn = bool(self._crowded)
+            retry = await self._round(meta.by_leader, state, True, cache=True, relearn=relearn)
+            if self._screening:
+                self._polls_until_sweep = FULL_SWEEP_EVERY_POLLS - 1
+            leaders = meta.leaders
+            if self._crowded:
+                kept = {tp: n for tp, n in self._crowded.items() if tp in leaders}
+                if len(kept) != len(self._crowded):
+                    self._crowded = kept
+                    self._crowded_version += 1
+            if self._too_large or self._ask_alone:
+                self._too_large = {tp for tp in self._too_large if tp in leaders}
+                self._ask_alone = {tp for tp in self._ask_alone if tp in leaders}
+                self._crowded_version += 1
+        else:
+            self._polls_until_sweep -= 1
+            direct, screened = self._split(meta.by_leader)
+            direct_retry, flagged = await asyncio.gather(
+                self._round(direct, state, True, cache=True, relearn=False),
+                screen(self._client, screened, state),
+            )
+            # LSO < HW, or offsets unknown: asked as before (never "no transaction").
+            retry = direct_retry + await self._round(
+                flagged, state, True, cache=False, relearn=True
+            )
         if not retry:
             return
         # NOT_LEADER_OR_FOLLOWER: leadership moved since Metadata; ask again, retry once.
@@ -83,17 +161,55 @@ class ProducerStateReader:
             by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
         meta.leaders = leaders
         meta.brokers = {**meta.brokers, **fresh.brokers}
-        await self._round(by_leader, state, retry_allowed=False)
+        await self._round(by_leader, state, False, cache=False, relearn=True)
+
+    def _split(self, by_leader: _ByLeader) -> tuple[_ByLeader, _ByLeader]:
+        """(partitions asked DescribeProducers directly, crowded partitions to screen), by
+        leader; kept while Metadata and the crowded set are unchanged (same objects, so
+        the direct batches' request cache holds too)."""
+        cached = self._split_cache
+        if (
+            cached is not None
+            and cached[0] is by_leader
+            and cached[1] == self._crowded_version
+        ):
+            return cached[2], cached[3]
+        crowded_by_topic: dict[str, set[int]] = {}
+        for tp in (*self._crowded, *self._too_large):
+            crowded_by_topic.setdefault(tp.topic, set()).add(tp.partition)
+        direct: dict[int, dict[str, Sequence[int]]] = {}
+        screened: dict[int, dict[str, Sequence[int]]] = {}
+        for leader, per_topic in by_leader.items():
+            for topic, indexes in per_topic.items():
+                crowded = crowded_by_topic.get(topic)
+                if crowded is None:
+                    direct.setdefault(leader, {})[topic] = indexes
+                    continue
+                cold = [p for p in indexes if p not in crowded]
+                hot = [p for p in indexes if p in crowded]
+                if cold:
+                    direct.setdefault(leader, {})[topic] = cold
+                if hot:
+                    screened.setdefault(leader, {})[topic] = hot
+        self._split_cache = (by_leader, self._crowded_version, direct, screened)
+        return direct, screened
 
     async def _round(
         self,
-        by_leader: Mapping[int, Mapping[str, Sequence[int]]],
+        by_leader: _ByLeader,
         state: PollState,
         retry_allowed: bool,
+        *,
+        cache: bool,
+        relearn: bool,
     ) -> list[TopicPartition]:
+        requests, too_large = self._requests(by_leader, cache=cache)
+        for leader, tp in too_large:
+            state.error(leader, "DescribeProducers", ANSWER_TOO_LARGE)
+            state.unobserved[tp] = ANSWER_TOO_LARGE
         calls = [
-            self._batch(leader, batch, build, state, retry_allowed)
-            for leader, batch, build in self._requests(by_leader, cache=retry_allowed)
+            self._batch(leader, batch, build, state, retry_allowed, relearn)
+            for leader, batch, build in requests
         ]
         retry: list[TopicPartition] = []
         for result in await asyncio.gather(*calls):
@@ -101,23 +217,78 @@ class ProducerStateReader:
         return retry
 
     def _requests(
-        self, by_leader: Mapping[int, Mapping[str, Sequence[int]]], cache: bool
-    ) -> list[_Request]:
-        """The batches of `by_leader` with their request builders. The client shares one
-        `by_leader` between polls while Metadata is unchanged, so the batches (and the bytes
-        each builder encodes) are kept for it and reused, not rebuilt every poll."""
+        self, by_leader: _ByLeader, cache: bool
+    ) -> tuple[list[_Request], list[tuple[int, TopicPartition]]]:
+        """The batches of `by_leader` with their request builders, and the partitions too
+        large to ask (with their leader). The client shares one `by_leader` between polls
+        while Metadata is unchanged, so the batches (and the bytes each builder encodes) are
+        kept for it and reused, not rebuilt every poll. Batches hold at most
+        `describe_producers_batch_size` partitions and, by the states learnt from earlier
+        answers, at most half of `max_response_bytes` of expected answer (issue 28)."""
         batch_size = max(1, self._settings.describe_producers_batch_size)
         cached = self._cached_requests
-        if cache and cached is not None and cached[0] is by_leader and cached[1] == batch_size:
-            return cached[2]
-        requests = [
-            (leader, batch, describe_producers_request(batch))
-            for leader, per_topic in by_leader.items()
-            for batch in batch_partitions(per_topic, batch_size)
-        ]
+        version = self._crowded_version
+        if (
+            cache and cached is not None and cached[0] is by_leader
+            and cached[1] == batch_size and cached[3] == version
+        ):
+            return cached[2], cached[4]
+        budget = self._settings.max_response_bytes // 2
+        requests: list[_Request] = []
+        too_large: list[tuple[int, TopicPartition]] = []
+        for leader, per_topic in by_leader.items():
+            for batch in batch_partitions(per_topic, batch_size):
+                for part in self._fit(batch, budget, leader, too_large):
+                    requests.append((leader, part, describe_producers_request(part)))
         if cache:
-            self._cached_requests = (by_leader, batch_size, requests)
-        return requests
+            self._cached_requests = (by_leader, batch_size, requests, version, too_large)
+        return requests, too_large
+
+    def _fit(
+        self,
+        batch: list[tuple[str, Sequence[int]]],
+        budget: int,
+        leader: int,
+        too_large: list[tuple[int, TopicPartition]],
+    ) -> list[list[tuple[str, Sequence[int]]]]:
+        """`batch` split so that no part's expected answer exceeds `budget` bytes; a
+        partition that alone would goes to `too_large`."""
+        crowded = self._crowded
+        alone, refused = self._ask_alone, self._too_large
+        if not (crowded or alone or refused):
+            return [batch]
+        per_state, per_partition = ANSWER_BYTES_PER_STATE, ANSWER_BYTES_PER_PARTITION
+
+        def cost_of(tp: TopicPartition) -> int:
+            if tp in refused:
+                return budget + 1
+            if tp in alone:
+                return budget
+            return per_partition + per_state * crowded.get(tp, 0)
+
+        expected = sum(cost_of(TopicPartition(t, p)) for t, indexes in batch for p in indexes)
+        if expected <= budget:
+            return [batch]
+        parts: list[list[tuple[str, Sequence[int]]]] = []
+        current: list[tuple[str, list[int]]] = []
+        size = 0
+        for topic, indexes in batch:
+            for p in indexes:
+                cost = cost_of(TopicPartition(topic, p))
+                if cost > budget:
+                    too_large.append((leader, TopicPartition(topic, p)))
+                    continue
+                if size + cost > budget and current:
+                    parts.append(list(current))
+                    current, size = [], 0
+                if current and current[-1][0] == topic:
+                    current[-1][1].append(p)
+                else:
+                    current.append((topic, [p]))
+                size += cost
+        if current:
+            parts.append(list(current))
+        return parts
 
     async def _batch(
         self,
@@ -126,12 +297,15 @@ class ProducerStateReader:
         build: Callable[[BrokerConnection], LeanRequest],
         state: PollState,
         retry_allowed: bool,
+        relearn: bool,
     ) -> list[TopicPartition]:
         try:
             response = await self._client.send(leader, build, _DECODE_DESCRIBE_PRODUCERS)
         except CollectError as exc:
             # Down or slow broker, garbage answer, or one that predates DescribeProducers
             # (Kafka < 2.8): its partitions are unknown, never "no transactions".
+            if isinstance(exc, ResponseTooLarge):
+                self._answer_too_large(batch)
             if exc.kind == UNSUPPORTED_API_KIND:
                 state.unobservable_brokers.add(leader)
                 self._support.unsupported(leader, "DescribeProducers")
@@ -144,6 +318,16 @@ class ProducerStateReader:
             return []
         answer = parse_describe_producers(response, leader, batch)
         state.open_entries.extend(answer.entries)
+        if self._screening:
+            self._learn(batch, answer, relearn)
+        if self._ask_alone:
+            answered = [
+                tp for topic, indexes in batch for p in indexes
+                if (tp := TopicPartition(topic, p)) in self._ask_alone
+            ]
+            if answered:
+                self._ask_alone.difference_update(answered)
+                self._crowded_version += 1
         retry: list[TopicPartition] = []
         for tp, code in answer.errors:
             err = error_name(code)
@@ -166,3 +350,37 @@ class ProducerStateReader:
             for tp in answer.missing:
                 state.unobserved.setdefault(tp, MISSING_FROM_ANSWER)
         return retry
+
+    def _answer_too_large(self, batch: list[tuple[str, Sequence[int]]]) -> None:
+        """The batch's answer crossed `max_response_bytes`: ask its partitions alone next
+        time; one asked alone is refused from now on (ANSWER_TOO_LARGE)."""
+        tps = [TopicPartition(topic, p) for topic, indexes in batch for p in indexes]
+        if len(tps) == 1:
+            self._too_large.add(tps[0])
+            self._ask_alone.discard(tps[0])
+        else:
+            self._ask_alone.update(tps)
+        self._crowded_version += 1
+
+    def _learn(
+        self, batch: list[tuple[str, Sequence[int]]], answer: ProducersAnswer, relearn: bool
+    ) -> None:
+        """Remember the crowded partitions of an answer; with `relearn`, forget those of
+        the batch answered (error 0) with fewer states than SCREEN_FROM_STATES."""
+        crowded = self._crowded
+        counts: dict[TopicPartition, int] = {}
+        for tp, count in answer.state_counts:
+            if count >= SCREEN_FROM_STATES:
+                counts[tp] = count
+                if tp not in crowded:
+                    self._crowded_version += 1
+                crowded[tp] = count
+        if not relearn or not crowded:
+            return
+        unanswered = {tp for tp, _ in answer.errors} | set(answer.missing)
+        for topic, partitions in batch:
+            for p in partitions:
+                tp = TopicPartition(topic, p)
+                if tp in crowded and tp not in counts and tp not in unanswered:
+                    del crowded[tp]
+                    self._crowded_version += 1

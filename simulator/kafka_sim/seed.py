@@ -186,3 +186,47 @@ def seed_cluster(
             seed_hanging_transaction(state, f"seed-hang-{i}", topic, index,
                                      last_timestamp_ms=now - age))
     return summary
+
+
+def seed_producer_states(
+    state: ClusterState, topic: str, partition: int, count: int, *, now_ms: int,
+    max_age_ms: int = 3600000, rng: random.Random | None = None,
+) -> list[int]:
+    """`count` producer states on one partition, as `count` short-lived idempotent producers
+    (a batch job, a restart: each InitProducerId gives a new id) leave them: one batch each,
+    last written up to `max_age_ms` ago (kept for `producer.id.expiration.ms` after that, then
+    expired by the broker's periodic check, `ClusterState.tick`). Returns the ids (issue 28)."""
+    pick = rng or random.Random(0)
+    return [
+        seed_idempotent_producer(state, topic, partition,
+                                 timestamp_ms=now_ms - pick.randrange(max(1, max_age_ms)))
+        for _ in range(count)
+    ]
+
+
+def skewed_state_counts(
+    partitions: Sequence[tuple[str, int]], mean_states: float, *, hot_fraction: float = 0.1,
+    rng: random.Random | None = None,
+) -> dict[tuple[str, int], int]:
+    """Producer states per partition averaging `mean_states`, skewed as on a real cluster:
+    `hot_fraction` of the partitions (whole topics first: hot topics) hold 90% of the states,
+    the rest share 10% (most of them none when the mean is small). Only partitions with at
+    least one state are in the result."""
+    pick = rng or random.Random(0)
+    hot_n = max(1, round(len(partitions) * hot_fraction))
+    hot, cold = partitions[:hot_n], partitions[hot_n:]
+    total = round(mean_states * len(partitions))
+    counts: dict[tuple[str, int], int] = {}
+
+    def spread(targets: Sequence[tuple[str, int]], states: int) -> None:
+        if not targets or states <= 0:
+            return
+        each, extra = divmod(states, len(targets))
+        for i, tp in enumerate(pick.sample(list(targets), len(targets))):
+            n = each + (1 if i < extra else 0)
+            if n:
+                counts[tp] = counts.get(tp, 0) + n
+
+    spread(hot, total - total // 10 if cold else total)
+    spread(cold, total // 10 if cold else 0)
+    return counts

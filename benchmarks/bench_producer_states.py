@@ -1,0 +1,212 @@
+"""Poll cost against producer states per partition (issue 28): the full poll (DescribeProducers
+for every partition, every poll) vs the screened one (crowded partitions screened with the two
+ListOffsets, asked DescribeProducers only where LSO < HW; a full sweep every
+FULL_SWEEP_EVERY_POLLS polls), on the same simulated cluster.
+
+Per mean states per partition (0 = no producer state at all, the baseline): a fresh SimCluster
+of `--partitions` partitions on `--brokers` brokers, seeded with idempotent producer states
+(0.1: skewed, hot topics holding most; >= 1: that many on every partition) and ~1% of the
+partitions with an open transaction (so screening has partitions to ask about). For each
+strategy, one cold poll (it learns the counts), then `--polls` warm polls measured:
+- bytes received: the answers' payload bytes, per API (counted where the exporter decodes them);
+- requests sent, per API;
+- exporter CPU: `time.thread_time()` of the polling thread (the poller's loop runs there);
+- simulator CPU: process CPU minus the exporter's (the broker side's cost, plus the sim's tick);
+- wall: `ClusterPoller.poll()`.
+The simulator runs in this process (its own thread), so wall includes waiting for it.
+"Amortized" adds the sweep: (K-1) warm screened polls + one full poll, over K.
+
+Run: python benchmarks/bench_producer_states.py [--partitions 1000] [--states 0,0.1,10,100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulator"))
+
+import _common as common
+from kafka_sim.cluster import SimCluster
+from kafka_sim.seed import seed_open_transaction, seed_producer_states, skewed_state_counts
+
+from exporter.collect import connection as connection_module
+from exporter.collect.poll import ClusterPoller
+from exporter.collect.producers import FULL_SWEEP_EVERY_POLLS
+from exporter.settings import ClusterSettings
+
+PER_TOPIC = 100
+TIMEOUT_MS = 900_000
+OPEN_FRACTION = 0.01
+
+
+class Traffic:
+    """Answer bytes and requests per API name, counted inside BrokerConnection."""
+
+    def __init__(self) -> None:
+        self.bytes: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        self.bytes.clear()
+        self.requests.clear()
+
+
+@contextmanager
+def counting(traffic: Traffic) -> Iterator[None]:
+    cls = connection_module.BrokerConnection
+    original_send = cls._send
+    original_decode = connection_module.decode_response
+
+    def wrap(name: str, decode: Callable[[bytes, int], Any]) -> Callable[[bytes, int], Any]:
+        def counted(payload: bytes, version: int) -> Any:
+            traffic.bytes[name] += len(payload)
+            return decode(payload, version)
+        return counted
+
+    async def send(self: Any, request: Any, version: int, timeout_seconds: float,
+                   decode: Any = None) -> Any:
+        name = str(getattr(request, "name", type(request).__name__))
+        traffic.requests[name] += 1
+        if decode is None:
+            response_class = getattr(request, "response_class", None)
+            if response_class is None:
+                request.API_VERSION = version
+                response_class = request.RESPONSE_TYPE if hasattr(
+                    request, "RESPONSE_TYPE") else None
+            if response_class is not None:
+                decode = functools.partial(original_decode, response_class)
+        if decode is not None:
+            decode = wrap(name, decode)
+        return await original_send(self, request, version, timeout_seconds, decode)
+
+    cls._send = send  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls._send = original_send  # type: ignore[method-assign]
+
+
+def seed(sim: SimCluster, partitions: int, mean_states: float, rng_seed: int) -> dict[str, int]:
+    rng = random.Random(rng_seed)
+    now = sim.clock.now_ms()
+    layout = [(f"t{i // PER_TOPIC:04d}", i % PER_TOPIC) for i in range(partitions)]
+    if mean_states >= 1:
+        counts = {tp: int(mean_states) for tp in layout}
+    elif mean_states > 0:
+        counts = skewed_state_counts(layout, mean_states, rng=rng)
+    else:
+        counts = {}
+
+    def on_loop() -> dict[str, int]:
+        for (topic, p), n in counts.items():
+            seed_producer_states(sim.state, topic, p, n, now_ms=now, max_age_ms=3_600_000,
+                                 rng=rng)
+        opened = 0
+        for i in range(max(1, round(partitions * OPEN_FRACTION))):
+            topic, p = layout[rng.randrange(len(layout))]
+            seed_open_transaction(sim.state, f"bench-open-{i}", [(topic, p)],
+                                  start_ms=now - 10_000, timeout_ms=TIMEOUT_MS)
+            opened += 1
+        return {"states": sum(counts.values()), "open_transactions": opened}
+
+    return sim.call(on_loop)
+
+
+def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic) -> dict[str, Any]:
+    settings = ClusterSettings(name="bench", bootstrap_servers=tuple(
+        sim.bootstrap_servers.split(",")), request_timeout_seconds=300.0)
+    poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms,
+                           screen_crowded_partitions=screening)
+    rows: list[dict[str, Any]] = []
+    try:
+        poller.poll()  # cold: connections, counts learnt
+        for _ in range(polls):
+            traffic.reset()
+            cpu0, proc0, wall0 = time.thread_time(), time.process_time(), time.perf_counter()
+            obs = poller.poll()
+            wall = time.perf_counter() - wall0
+            cpu = time.thread_time() - cpu0
+            proc = time.process_time() - proc0
+            rows.append({
+                "bytes": sum(traffic.bytes.values()),
+                "describe_producers_bytes": traffic.bytes["DescribeProducersRequest"],
+                "list_offsets_bytes": traffic.bytes["ListOffsetsRequest"],
+                "requests": sum(traffic.requests.values()),
+                "requests_by_api": dict(traffic.requests),
+                "exporter_cpu_s": cpu, "sim_cpu_s": max(0.0, proc - cpu), "wall_s": wall,
+                "open": len(obs.open_transactions), "unobserved": len(obs.unobserved),
+            })
+    finally:
+        poller.close()
+    med = {k: statistics.median(r[k] for r in rows) for k in (
+        "bytes", "describe_producers_bytes", "list_offsets_bytes", "requests",
+        "exporter_cpu_s", "sim_cpu_s", "wall_s")}
+    med["open"] = rows[-1]["open"]
+    med["unobserved"] = rows[-1]["unobserved"]
+    med["requests_by_api"] = rows[-1]["requests_by_api"]
+    return med
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--states", default="0,0.1,10,100,1000")
+    parser.add_argument("--polls", type=int, default=5)
+    args = parser.parse_args()
+    info = {**common.machine_info(), "load_average": common.load_average(),
+            "partitions": args.partitions, "brokers": args.brokers, "polls": args.polls}
+    print(json.dumps(info))
+    traffic = Traffic()
+    results: dict[float, dict[str, dict[str, Any]]] = {}
+    keys = ("bytes", "exporter_cpu_s", "sim_cpu_s", "wall_s")
+    with counting(traffic):
+        for mean in (float(s) for s in args.states.split(",")):
+            topics = {f"t{i:04d}": min(PER_TOPIC, args.partitions - i * PER_TOPIC)
+                      for i in range((args.partitions + PER_TOPIC - 1) // PER_TOPIC)}
+            with SimCluster(brokers=args.brokers, topics=topics, broker_config={
+                    "transaction.max.timeout.ms": str(TIMEOUT_MS)}) as sim:
+                seeded = seed(sim, args.partitions, mean, rng_seed=1)
+                polls = args.polls if mean < 1000 else max(2, args.polls // 2)
+                full = measure(sim, False, polls, traffic)
+                screened = measure(sim, True, polls, traffic)
+            amortized = {k: ((FULL_SWEEP_EVERY_POLLS - 1) * screened[k] + full[k])
+                         / FULL_SWEEP_EVERY_POLLS for k in keys}
+            results[mean] = {"full": full, "screened": screened, "amortized": amortized}
+            assert screened["open"] == full["open"], (screened, full)
+            common.emit({"bench": "producer_states", "machine": info, "mean_states": mean,
+                         **seeded,
+                         "full": full, "screened": screened, "amortized": amortized})
+    base = results.get(0.0)
+    print(f"\n{'states':>7} | {'strategy':>9} | {'bytes':>10} | {'req':>4} | {'exp CPU ms':>10} |"
+          f" {'sim CPU ms':>10} | {'wall ms':>8} | x bytes/CPU/sim vs 0 states | x vs full")
+    for mean, r in results.items():
+        for name in ("full", "screened", "amortized"):
+            row = r[name]
+            vs0 = "/".join(
+                f"{common.ratio(row[k], base['screened'][k]) or 0:.2f}"
+                for k in ("bytes", "exporter_cpu_s", "sim_cpu_s")) if base else "-"
+            vsf = "/".join(f"{common.ratio(row[k], r['full'][k]) or 0:.2f}"
+                           for k in ("bytes", "exporter_cpu_s", "sim_cpu_s"))
+            print(f"{mean:>7} | {name:>9} | {row['bytes']:>10.0f} | "
+                  f"{row.get('requests', 0):>4} | {row['exporter_cpu_s'] * 1000:>10.1f} | "
+                  f"{row['sim_cpu_s'] * 1000:>10.1f} | {row['wall_s'] * 1000:>8.1f} | "
+                  f"{vs0:>27} | {vsf}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,218 @@
+"""Crowded partitions are screened with ListOffsets (issue 28): a partition whose last
+DescribeProducers answer held many producer states is asked DescribeProducers again only
+when its last stable offset is below its high watermark, when its offsets cannot be read,
+or at the periodic full sweep; what the poll reports stays what the full poll reports."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kafka_sim.cluster import SimCluster
+from kafka_sim.producer import open_transaction
+from kafka_sim.seed import seed_producer_states
+from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
+
+from exporter.collect import producers
+from exporter.collect.poll import ClusterPoller
+from exporter.collect.producers import FULL_SWEEP_EVERY_POLLS, SCREEN_FROM_STATES
+from exporter.model import TopicPartition
+
+LIST_OFFSETS = 2
+DESCRIBE_PRODUCERS = 61
+HOT, COLD = "hot", "cold"
+PARTITIONS = 8
+STATES = 40
+
+
+@contextmanager
+def asked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[tuple[str, int]]]:
+    """Every partition put in a DescribeProducers request sent, counted (at each send: the
+    reader keeps built batches between polls)."""
+    counts: Counter[tuple[str, int]] = Counter()
+    make = producers.describe_producers_request
+
+    def counting(batch: Sequence[tuple[str, Sequence[int]]]) -> Any:
+        build = make(batch)
+
+        def sent(connection: Any) -> Any:
+            for topic, indexes in batch:
+                counts.update((topic, p) for p in indexes)
+            return build(connection)
+
+        return sent
+
+    monkeypatch.setattr(producers, "describe_producers_request", counting)
+    yield counts
+
+
+def crowd(sim: SimCluster, topic: str, states: int, rng_seed: int = 0) -> None:
+    rng = random.Random(rng_seed)
+    now = sim.clock.now_ms()
+    for p in range(PARTITIONS):
+        sim.call(seed_producer_states, sim.state, topic, p, states, now_ms=now,
+                 max_age_ms=600_000, rng=rng)
+
+
+@pytest.fixture
+def sim() -> Iterator[SimCluster]:
+    with SimCluster(brokers=3, topics={HOT: PARTITIONS, COLD: PARTITIONS},
+                    broker_config=CAPTURE_BROKER_CONFIG) as cluster:
+        crowd(cluster, HOT, STATES)
+        yield cluster
+
+
+@contextmanager
+def poller(sim: SimCluster, screening: bool = True) -> Iterator[ClusterPoller]:
+    p = ClusterPoller(cluster_settings(sim, "screen"), clock_ms=sim.clock.now_ms,
+                      screen_crowded_partitions=screening)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def open_keys(obs: Any) -> set[tuple[str, int, int]]:
+    return {(t.topic, t.partition, t.producer_id) for t in obs.open_transactions}
+
+
+def test_crowded_partitions_screened_and_their_open_transaction_found(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert STATES >= SCREEN_FROM_STATES
+    with asked(monkeypatch) as counts, poller(sim) as p:
+        first = p.poll()  # learns the counts: every partition asked
+        assert set(counts) == {(t, i) for t in (HOT, COLD) for i in range(PARTITIONS)}
+        assert not first.unobserved and not first.open_transactions
+        counts.clear()
+        second = p.poll()
+        assert not second.unobserved and not second.open_transactions
+        assert set(counts) == {(COLD, i) for i in range(PARTITIONS)}  # hot ones screened
+        txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [3],
+                               now_ms=sim.clock.now_ms)
+        try:
+            counts.clear()
+            third = p.poll()
+            assert {(t, i) for t, i in counts if t == HOT} == {(HOT, 3)}  # LSO < HW there
+            assert {(t.topic, t.partition) for t in third.open_transactions} == {(HOT, 3)}
+            assert not third.unobserved
+        finally:
+            txn.abort()
+
+
+def test_full_sweep_every_k_polls_asks_every_partition(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with asked(monkeypatch) as counts, poller(sim) as p:
+        hot_asked: list[int] = []
+        for _ in range(2 * FULL_SWEEP_EVERY_POLLS + 1):
+            counts.clear()
+            p.poll()
+            hot_asked.append(sum(1 for t, _ in counts if t == HOT))
+    sweeps = [i for i, n in enumerate(hot_asked) if n == PARTITIONS]
+    assert sweeps == [0, FULL_SWEEP_EVERY_POLLS, 2 * FULL_SWEEP_EVERY_POLLS]
+    assert all(n == 0 for i, n in enumerate(hot_asked) if i not in sweeps)
+
+
+@pytest.mark.parametrize("fault", ["error", "reset", "omitted"])
+def test_failed_list_offsets_falls_back_to_describe_producers(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """Offsets that cannot be read are never "no transaction": the partitions are asked
+    DescribeProducers in the same poll, and the open transaction is found."""
+    with asked(monkeypatch) as counts, poller(sim) as p:
+        p.poll()
+        txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [5],
+                               now_ms=sim.clock.now_ms)
+        leader = sim.call(lambda: sim.state.partition(HOT, 5).leader_id)
+        if fault == "error":  # NOT_LEADER_OR_FOLLOWER on the partition's ListOffsets
+            sim.inject_error(LIST_OFFSETS, 6, broker_id=leader, topic=HOT, partition=5,
+                             count=2)
+        elif fault == "reset":
+            sim.fail_next_responses("reset", broker_id=leader, api_key=LIST_OFFSETS, count=1)
+        else:
+            sim.omit_from_responses(7, probability=1.0, broker_id=leader,
+                                    api_key=LIST_OFFSETS, count=2)
+        try:
+            counts.clear()
+            obs = p.poll()
+            assert any(e.api == "ListOffsets" for e in obs.request_errors)
+            seen_open = {(t.topic, t.partition) for t in obs.open_transactions}
+            if fault == "reset":
+                # The connection is lost: the broker fails fast for the rest of the poll, so
+                # its partitions are unobserved with the reason, never "no transaction".
+                assert obs.unobserved.get(TopicPartition(HOT, 5)) == "BROKER_UNREACHABLE"
+                assert (HOT, 5) not in seen_open
+            else:
+                assert (HOT, 5) in {(t, i) for t, i in counts if t == HOT}
+                assert (HOT, 5) in seen_open
+                assert not obs.unobserved
+        finally:
+            sim.clear_faults()
+            sim.call(sim.state.clear_errors)
+            txn.abort()
+
+
+def test_expired_states_demote_a_partition_at_the_next_sweep(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Producer states expire (producer.id.expiration.ms): the next full sweep re-learns
+    the count, and the partition is asked directly again (no screening cost for it)."""
+    with asked(monkeypatch) as counts, poller(sim) as p:
+        p.poll()
+        assert p._producers.crowded_partitions() == PARTITIONS
+        sim.call(lambda: [sim.state.log_of(sim.state.partition(HOT, i)).producers.clear()
+                          for i in range(PARTITIONS)])
+        for _ in range(FULL_SWEEP_EVERY_POLLS):
+            p.poll()
+        assert p._producers.crowded_partitions() == 0
+        counts.clear()
+        p.poll()
+        assert {(t, i) for t, i in counts if t == HOT} == {(HOT, i) for i in range(PARTITIONS)}
+
+
+def test_batches_fit_the_response_limit_and_a_partition_too_large_alone_is_unobserved() -> None:
+    """No answer too big (issue 28 item 4): a batch whose answer crossed `max_response_bytes`
+    is asked one partition per request next time, then batched by the learnt states so no
+    answer crosses the limit again; a partition whose answer alone crosses it is screened
+    with ListOffsets and, when it must be asked (LSO < HW), unobserved as ANSWER_TOO_LARGE,
+    never "no transaction"."""
+    limit = 64 * 1024
+    with SimCluster(brokers=3, topics={HOT: PARTITIONS, COLD: PARTITIONS},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        now = sim.clock.now_ms()
+        rng = random.Random(3)
+        sim.call(seed_producer_states, sim.state, HOT, 0, 3000, now_ms=now, rng=rng)
+        for p in range(1, PARTITIONS):
+            sim.call(seed_producer_states, sim.state, HOT, p, 400, now_ms=now, rng=rng)
+        settings = cluster_settings(sim, "limit", max_response_bytes=limit)
+        p = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
+        try:
+            first = p.poll()  # nothing learnt yet: an answer crosses the limit
+            assert any(e.api == "DescribeProducers" and e.error == "DECODE_ERROR"
+                       for e in first.request_errors)
+            assert TopicPartition(HOT, 0) in first.unobserved
+            # Asked alone: hot-0 alone is too large (its leader's connection is lost again,
+            # with what else that leader was asked), the other leaders' partitions answer.
+            second = p.poll()
+            assert second.unobserved.get(TopicPartition(HOT, 0)) == "DECODE_ERROR"
+            big_leader = second.leaders[TopicPartition(HOT, 0)]
+            assert {second.leaders[tp] for tp in second.unobserved} == {big_leader}
+            for _ in range(3):  # learnt: no answer crosses the limit, hot-0 screened clear
+                obs = p.poll()
+                assert not obs.unobserved
+                assert not [e for e in obs.request_errors if e.api == "DescribeProducers"]
+            txn = open_transaction(sim.bootstrap_servers, "in-big", HOT, [0, 1],
+                                   now_ms=sim.clock.now_ms)
+            try:
+                obs = p.poll()
+                assert obs.unobserved == {TopicPartition(HOT, 0): "ANSWER_TOO_LARGE"}
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 1)}
+            finally:
+                txn.abort()
+        finally:
+            p.close()

@@ -1,0 +1,91 @@
+"""Screening of crowded partitions on a real broker (issue 28): Kafka's last stable offset
+equals the high watermark on a partition with idempotent producer states only, and falls below
+it when a transaction is open there (docs/kafka-semantics.md#lso-equals-hw), so the screened
+poll asks DescribeProducers only for that partition and finds what the full poll finds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from kafka_sim.client import KafkaProtocolError
+from kafka_sim.producer import idempotent_producer_write, open_transaction
+from kafka_sim.realkafka import RealKafkaCluster
+from realhelpers import cluster_settings, create_topic, unique
+from waits import wait_for
+
+from exporter.collect import producers
+from exporter.collect.poll import ClusterPoller
+from exporter.collect.producers import SCREEN_FROM_STATES
+
+PARTITIONS = 3
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def idempotent_write(cluster: RealKafkaCluster, topic: str, partition: int) -> None:
+    """One short-lived idempotent producer; a fresh broker answers InitProducerId with
+    COORDINATOR_LOAD_IN_PROGRESS until it has a block of producer ids: asked again."""
+
+    def attempt() -> bool:
+        try:
+            idempotent_producer_write(cluster.bootstrap, topic, partition)
+        except KafkaProtocolError as exc:
+            if exc.error_code != COORDINATOR_LOAD_IN_PROGRESS:
+                raise
+            return False
+        return True
+
+    wait_for("an idempotent producer id", attempt, 60.0)
+
+
+def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction(
+    real_kafka: RealKafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = create_topic(real_kafka, unique("crowded"), partitions=PARTITIONS)
+    for p in range(PARTITIONS):
+        for _ in range(SCREEN_FROM_STATES + 1):  # short-lived idempotent producers
+            idempotent_write(real_kafka, topic, p)
+    asked: Counter[tuple[str, int]] = Counter()
+    make = producers.describe_producers_request
+
+    def counting(batch: Sequence[tuple[str, Sequence[int]]]) -> Any:
+        build = make(batch)
+
+        def sent(connection: Any) -> Any:
+            for name, indexes in batch:
+                asked.update((name, p) for p in indexes)
+            return build(connection)
+
+        return sent
+
+    monkeypatch.setattr(producers, "describe_producers_request", counting)
+    settings = cluster_settings(real_kafka, request_timeout_seconds=30.0)
+    screened = ClusterPoller(settings)
+    full = ClusterPoller(settings, screen_crowded_partitions=False)
+    txn = None
+    try:
+        screened.poll()  # learns the counts
+        asked.clear()
+        clear = screened.poll()
+        assert not [k for k in asked if k[0] == topic]  # LSO == HW on every partition
+        assert not [t for t in clear.open_transactions if t.topic == topic]
+        assert not [tp for tp in clear.unobserved if tp.topic == topic]
+        txn = open_transaction(real_kafka.bootstrap, unique("crowded-txn"), topic, [2])
+        asked.clear()
+        seen = screened.poll()
+        assert {k for k in asked if k[0] == topic} == {(topic, 2)}
+        reference = full.poll()
+
+        def mine(obs: Any) -> set[tuple[int, int, int]]:
+            return {(t.partition, t.producer_id, t.current_txn_start_offset)
+                    for t in obs.open_transactions if t.topic == topic}
+
+        assert mine(seen) == mine(reference) and len(mine(seen)) == 1
+        assert not [tp for tp in seen.unobserved if tp.topic == topic]
+    finally:
+        if txn is not None:
+            txn.abort()
+        screened.close()
+        full.close()

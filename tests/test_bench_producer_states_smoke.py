@@ -1,0 +1,29 @@
+"""Smoke test of benchmarks/bench_producer_states.py (issue 28) at a tiny size: the fields
+RESULTS.md's producer-states section is built from, and both strategies saw the same open
+transactions. No timing is asserted."""
+
+from __future__ import annotations
+
+import pytest
+from test_benchmarks_smoke import _assert_machine, _run
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_producer_states_tiny_reports_both_strategies() -> None:
+    _, results = _run("bench_producer_states.py", "--partitions", "200", "--brokers", "2",
+                      "--states", "0,10", "--polls", "1")
+    assert [r["mean_states"] for r in results] == [0.0, 10.0]
+    for r in results:
+        _assert_machine(r["machine"])
+        full, screened = r["full"], r["screened"]
+        assert screened["open"] == full["open"] == r["open_transactions"] >= 1
+        assert full["unobserved"] == screened["unobserved"] == 0
+        for side in (full, screened, r["amortized"]):
+            assert side["bytes"] > 0 and side["exporter_cpu_s"] > 0 and side["wall_s"] > 0
+    no_state, crowded = results
+    assert no_state["screened"]["bytes"] == no_state["full"]["bytes"]  # nothing crowded
+    assert crowded["states"] == 2000
+    assert crowded["screened"]["describe_producers_bytes"] < crowded["full"][
+        "describe_producers_bytes"]
+    assert crowded["screened"]["list_offsets_bytes"] > crowded["full"]["list_offsets_bytes"]
