@@ -181,7 +181,7 @@ HTTP_REQUEST_DEADLINE_SECONDS = 30.0
 """Whole connection, TLS handshake, request and response included (one request per
 connection)."""
 MAX_HTTP_CONNECTIONS = 1024
-"""Connections open at once (under TLS each holds some 65 KiB of OpenSSL state: a bound on
+"""Connections open at once (under TLS each holds some 52 KiB of OpenSSL state: a bound on
 memory). When full, the connection that has waited longest without sending
 a complete request is closed to make room (counted in
 kafka_txn_exporter_http_connections_refused_total); only when every open connection has sent
