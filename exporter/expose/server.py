@@ -247,10 +247,11 @@ class EventLoopHttpServer:
         asyncio.set_event_loop(self._loop)
 
         async def begin() -> None:
-            # asyncio listens again on the socket with its own backlog (100 by default).
-            self._server = await asyncio.start_server(
-                self._accepted, sock=self._listen, backlog=self.limits.listen_backlog
-            )
+            self._server = await asyncio.start_server(self._accepted, sock=self._listen)
+            # asyncio listened again with its `backlog` (100), which is also how many accept()
+            # calls it makes per wake-up, each one failing when out of descriptors: keep its
+            # 100 for that, and give the kernel's queue our own length again.
+            self._listen.listen(self.limits.listen_backlog)
 
         self._loop.run_until_complete(begin())
         self._started.set()
