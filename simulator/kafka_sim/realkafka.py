@@ -436,6 +436,47 @@ class RealKafkaCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # -- topics --------------------------------------------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication: int = 1,
+        configs: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> str:
+        """CreateTopics, then wait until every partition has a leader that answers: one named
+        in Metadata may not lead yet (a Produce right after got NOT_LEADER_OR_FOLLOWER on a
+        loaded machine), so kafka-python's end_offsets retries ListOffsets until each answers
+        at its leader."""
+        from kafka import KafkaConsumer
+        from kafka.admin import KafkaAdminClient, NewTopic
+        from kafka.structs import TopicPartition
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+        try:
+            admin.create_topics(
+                [NewTopic(name, partitions, replication, topic_configs=dict(configs or {}))]
+            )
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                parts = admin.describe_topics([name])[0].get("partitions") or []
+                if len(parts) == partitions and all(p.get("leader_id", -1) >= 0 for p in parts):
+                    break
+                time.sleep(0.1)
+            else:
+                raise TimeoutError(f"topic {name} has no leader for every partition")
+        finally:
+            admin.close()
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+        try:
+            wanted = [TopicPartition(name, p) for p in range(partitions)]
+            if set(consumer.end_offsets(wanted)) != set(wanted):
+                raise TimeoutError(f"topic {name}: not every partition answers at its leader")
+        finally:
+            consumer.close()
+        return name
+
     # -- Kafka's own tools ---------------------------------------------------------------
     def tool(
         self, main_class: str, *args: str, timeout: float = 120.0

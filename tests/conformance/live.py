@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.admin import KafkaAdminClient, NewTopic
 from kafka_sim.realkafka import RealKafkaCluster
 
 from .harness import Comparison, Rule, compare, decode_record_batches, to_plain
@@ -98,21 +97,8 @@ class LiveBroker:
         replication_factor: int = 1,
         configs: Mapping[str, str] | None = None,
     ) -> None:
-        """CreateTopics, then wait until every partition has a leader (as realhelpers does)."""
-        admin = KafkaAdminClient(bootstrap_servers=self.real.bootstrap, request_timeout_ms=30000)
-        try:
-            admin.create_topics(
-                [NewTopic(name, partitions, replication_factor, topic_configs=dict(configs or {}))]
-            )
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                parts = admin.describe_topics([name])[0].get("partitions") or []
-                if len(parts) == partitions and all(p.get("leader_id", -1) >= 0 for p in parts):
-                    return
-                time.sleep(0.1)
-        finally:
-            admin.close()
-        raise TimeoutError(f"topic {name} has no leader for every partition")
+        """CreateTopics, then wait until every partition answers at its leader."""
+        self.real.create_topic(name, partitions, replication_factor, configs)
 
 
 @dataclass

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.structs import TopicPartition
 from kafka_sim.realkafka import RealKafkaCluster
 
 from exporter.analyze import analyze
@@ -56,41 +52,8 @@ def create_topic(
     replication: int = 1,
     configs: Mapping[str, str] | None = None,
 ) -> str:
-    """Create a topic with kafka-python's admin client and wait until every partition has a
-    leader that answers."""
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
-    try:
-        admin.create_topics(
-            [
-                NewTopic(
-                    name,
-                    num_partitions=partitions,
-                    replication_factor=replication,
-                    topic_configs=dict(configs or {}),
-                )
-            ]
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            described = admin.describe_topics([name])
-            parts = described[0].get("partitions") or []
-            if len(parts) == partitions and all(p.get("leader_id", -1) >= 0 for p in parts):
-                break
-            time.sleep(0.2)
-        else:
-            raise TimeoutError(f"topic {name} has no leader for every partition")
-    finally:
-        admin.close()
-    # A leader named in Metadata may not lead yet (a Produce right after got
-    # NOT_LEADER_OR_FOLLOWER on a loaded machine): kafka-python's end_offsets retries ListOffsets
-    # until every partition answers at its leader.
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
-    try:
-        tps = [TopicPartition(name, p) for p in range(partitions)]
-        assert set(consumer.end_offsets(tps)) == set(tps)
-    finally:
-        consumer.close()
-    return name
+    """A topic every partition of which answers at its leader (RealKafkaCluster.create_topic)."""
+    return cluster.create_topic(name, partitions, replication, configs)
 
 
 @dataclass(frozen=True)
