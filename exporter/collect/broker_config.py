@@ -18,10 +18,14 @@ from exporter.collect.client import (
     parse_transaction_max_timeout_ms,
 )
 from exporter.collect.connection import CollectError
-from exporter.collect.errors import CLUSTER_AUTHORIZATION_FAILED, NONE, error_name
+from exporter.collect.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    MISSING_FROM_ANSWER,
+    NONE,
+    error_name,
+)
 from exporter.collect.parse import PARTITION_VERIFICATION_CONFIG, parse_partition_verification
 from exporter.collect.pollstate import PollState
-from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.logs import get_logger
 from exporter.model import FinalizedFeatures, PartitionVerification
 from exporter.settings import ClusterSettings

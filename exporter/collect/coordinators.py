@@ -22,6 +22,7 @@ from exporter.collect.client import (
 from exporter.collect.connection import CollectError
 from exporter.collect.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
+    MISSING_FROM_ANSWER,
     NOT_COORDINATOR,
     TRANSACTIONAL_ID_NOT_FOUND,
     error_name,
@@ -34,7 +35,6 @@ from exporter.collect.pollstate import (
     ApiSupportLog,
     PollState,
 )
-from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.model import OpenTransaction, TransactionDescription
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"

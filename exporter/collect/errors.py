@@ -24,6 +24,10 @@ TRANSACTION_COORDINATOR_FENCED = kafka_errors.TransactionCoordinatorFencedError.
 TRANSACTIONAL_ID_NOT_FOUND = kafka_errors.TransactionalIdNotFoundError.errno
 UNSUPPORTED_VERSION = kafka_errors.UnsupportedVersionError.errno
 
+MISSING_FROM_ANSWER = "MISSING_FROM_ANSWER"
+"""Reason (not a Kafka code) for something asked for that an answer left out: unknown, never
+"none"."""
+
 # kafka-python still uses pre-KIP-497 names for a few codes; metrics use Kafka's current names.
 _ERROR_NAME_OVERRIDES = {NOT_LEADER_OR_FOLLOWER: "NOT_LEADER_OR_FOLLOWER"}
 

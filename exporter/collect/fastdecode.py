@@ -129,6 +129,9 @@ class LeanDescribeProducersResponse:
 class FetchPartition:
     partition_index: int
     error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
     records: bytes | None
 
 
@@ -143,13 +146,14 @@ class FetchTopic:
 
 @dataclass(slots=True)
 class LeanFetchResponse:
-    """Fetch answer for the start-time read: per partition only the error and the raw records
-    (the caller reads the first batch header itself); names as kafka-python's."""
+    """Fetch answer: per partition the error, the three offsets and the raw records (the
+    start-time read parses the first batch header itself); names as kafka-python's."""
 
     API_KEY = FETCH
     API_VERSION: int
     throttle_time_ms: int
     error_code: int
+    session_id: int
     responses: list[FetchTopic]
 
 
@@ -419,13 +423,13 @@ def decode_describe_producers(
 
 
 def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
-    """Fetch response v12-v17 (flexible) -> `LeanFetchResponse`; watermarks, aborted
-    transactions and tagged fields are skipped."""
+    """Fetch response v12-v17 (flexible) -> `LeanFetchResponse`; aborted transactions, the
+    preferred replica and tagged fields are skipped."""
     if not 12 <= version <= 17:
         raise ValueError(f"lean Fetch decoder handles v12-v17, not v{version}")
     data = bytes(payload)
     pos = _skip_tags(data, 4)
-    throttle_time_ms, error_code, _session_id = _FETCH_TOP.unpack_from(data, pos)
+    throttle_time_ms, error_code, session_id = _FETCH_TOP.unpack_from(data, pos)
     count, pos = _array(data, pos + _FETCH_TOP.size, "responses")
     topics: list[FetchTopic] = []
     for _ in range(count):
@@ -441,7 +445,7 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
         partition_count, pos = _array(data, pos, "responses[].partitions")
         partitions: list[FetchPartition] = []
         for _ in range(partition_count):
-            index, partition_error, _hw, _lso, _lstart = _FETCH_PARTITION_HEAD.unpack_from(
+            index, partition_error, hw, lso, log_start = _FETCH_PARTITION_HEAD.unpack_from(
                 data, pos
             )
             aborted, pos = _length(data, pos + _FETCH_PARTITION_HEAD.size)
@@ -453,12 +457,12 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
                 records = data[pos : pos + size]
                 pos += size
             pos = _skip_tags(data, pos)
-            partitions.append(FetchPartition(index, partition_error, records))
+            partitions.append(FetchPartition(index, partition_error, hw, lso, log_start, records))
         pos = _skip_tags(data, pos)
         topics.append(FetchTopic(topic, topic_id, partitions))
     pos = _skip_tags(data, pos)
     _end(data, pos)
-    return LeanFetchResponse(version, throttle_time_ms, error_code, topics)
+    return LeanFetchResponse(version, throttle_time_ms, error_code, session_id, topics)
 
 
 # -- ListOffsets ------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from exporter.collect.client import (
 from exporter.collect.connection import CollectError
 from exporter.collect.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
+    MISSING_FROM_ANSWER,
     NONE,
     NOT_COORDINATOR,
     error_name,
@@ -50,7 +51,6 @@ from exporter.collect.pollstate import (
     ApiSupportLog,
     PollState,
 )
-from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.logs import get_logger
 from exporter.model import CommittedOffset, ConsumerGroupOffsets, TopicPartition
 from exporter.settings import ClusterSettings

@@ -4,11 +4,11 @@ partitions whose leadership moved since Metadata. Every partition asked for ends
 
 Crowded partitions (issue 28): a partition whose last answer held SCREEN_FROM_STATES or more
 producer states (idempotent producers keep one each for `producer.id.expiration.ms`) is
-screened first with ListOffsets (`collect.screening`) and asked DescribeProducers only when
-its last stable offset is below its high watermark or its offsets could not be read. Every
-FULL_SWEEP_EVERY_POLLS polls every partition is asked again (the counts are re-learnt, and a
-transaction whose first batch is not yet below the high watermark, which screening cannot
-see, is found)."""
+screened first (`collect.screening`: its high watermark and last stable offset, from a fetch
+session) and asked DescribeProducers only when its last stable offset is below its high
+watermark or its offsets could not be read; and not even then when the session reports its
+offsets unchanged since the poll that asked it: that answer still holds below the high
+watermark (docs/kafka-semantics.md#fetch-sessions)."""
 
 from __future__ import annotations
 
@@ -25,24 +25,27 @@ from exporter.collect.client import (
     describe_producers_request,
 )
 from exporter.collect.connection import BrokerConnection, CollectError, ResponseTooLarge
-from exporter.collect.errors import NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED, error_name
+from exporter.collect.errors import (
+    MISSING_FROM_ANSWER,
+    NOT_LEADER_OR_FOLLOWER,
+    TOPIC_AUTHORIZATION_FAILED,
+    error_name,
+)
 from exporter.collect.fastdecode import decode_open_producers
 from exporter.collect.fastencode import LeanRequest
 from exporter.collect.parse import ProducersAnswer, parse_describe_producers
 from exporter.collect.pollstate import UNSUPPORTED_API_KIND, ApiSupportLog, PollState
-from exporter.collect.screening import screen
+from exporter.collect.screening import Offsets, Screen
 from exporter.logs import get_logger
-from exporter.model import TopicPartition
+from exporter.model import ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
 
 log = get_logger()
 
 SCREEN_FROM_STATES = 3
-"""Producer states from which a partition is screened. Measured on Kafka 4.0 (issue 28): per
-partition, the two ListOffsets cost ~54 bytes and DescribeProducers ~9 bytes + ~37 per
-state, so screening pays in bytes from ~1.2 states and in exporter CPU from ~3."""
-FULL_SWEEP_EVERY_POLLS = 20
-"""Every this many polls, every partition is asked DescribeProducers (README: the bound)."""
+"""Producer states from which a partition is screened. Measured on Kafka 4.0 (issue 28):
+DescribeProducers costs ~9 bytes per partition + ~37 per state; the screen's first read (two
+ListOffsets) ~54, then nothing while the partition is idle and ~40 when it moved."""
 
 ANSWER_BYTES_PER_STATE = 37
 """One producer state in a DescribeProducers v0 answer: id 8, epoch 4, last sequence 4, last
@@ -53,9 +56,6 @@ ANSWER_TOO_LARGE = "ANSWER_TOO_LARGE"
 """Unobserved detail of a partition whose answer alone would cross half of
 `max_response_bytes` (states can grow between two answers): it is not asked (the oversized
 frame would cost the whole connection, and with it every partition of its leader)."""
-
-MISSING_FROM_ANSWER = "MISSING_FROM_ANSWER"
-"""Unobserved detail of a partition asked for but left out of the leader's answer."""
 
 # Lean and open-only: partitions with error 0 and no producer with an open transaction are
 # not in the answer's partitions; they still count as answered. At 200k partitions that is
@@ -104,38 +104,28 @@ class ProducerStateReader:
         """Partitions whose answer alone crossed `max_response_bytes`: not asked again
         (ANSWER_TOO_LARGE), screened with ListOffsets instead."""
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
-        self._polls_until_sweep = 0
+        self._screen = Screen(client)
+        self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
+        """Screened partitions with LSO < HW: (leader, offsets, open entries) of the last
+        DescribeProducers answer, reused while the session reports the offsets unchanged."""
 
     def crowded_partitions(self) -> int:
         return len(self._crowded)
 
     async def read(self, meta: MetadataView, state: PollState) -> None:
-        if not (self._crowded or self._too_large) or self._polls_until_sweep <= 0:
-            # Full sweep (also every poll while no partition is crowded: today's poll).
-            relearn = bool(self._crowded)
-            retry = await self._round(meta.by_leader, state, True, cache=True, relearn=relearn)
-            if self._screening:
-                self._polls_until_sweep = FULL_SWEEP_EVERY_POLLS - 1
-            leaders = meta.leaders
-            if self._crowded:
-                kept = {tp: n for tp, n in self._crowded.items() if tp in leaders}
-                if len(kept) != len(self._crowded):
-                    self._crowded = kept
-                    self._crowded_version += 1
-            if self._too_large or self._ask_alone:
-                self._too_large = {tp for tp in self._too_large if tp in leaders}
-                self._ask_alone = {tp for tp in self._ask_alone if tp in leaders}
-                self._crowded_version += 1
+        if not (self._screening and (self._crowded or self._too_large)):
+            # Today's poll: every partition asked (and learnt from while screening).
+            retry = await self._round(meta.by_leader, state, True, cache=True, relearn=True)
         else:
-            self._polls_until_sweep -= 1
-            direct, screened = self._split(meta.by_leader)
-            direct_retry, flagged = await asyncio.gather(
+            direct, screened = self._split(meta.by_leader, meta.leaders)
+            direct_retry, screen = await asyncio.gather(
                 self._round(direct, state, True, cache=True, relearn=False),
-                screen(self._client, screened, state),
+                self._screen.screen(screened, state),
             )
+            flagged = self._reuse_answers(screen.ask, screen.unchanged, state)
             # LSO < HW, or offsets unknown: asked as before (never "no transaction").
             retry = direct_retry + await self._round(
-                flagged, state, True, cache=False, relearn=True
+                flagged, state, True, cache=False, relearn=True, offsets=screen.offsets
             )
         if not retry:
             return
@@ -163,10 +153,40 @@ class ProducerStateReader:
         meta.brokers = {**meta.brokers, **fresh.brokers}
         await self._round(by_leader, state, False, cache=False, relearn=True)
 
-    def _split(self, by_leader: _ByLeader) -> tuple[_ByLeader, _ByLeader]:
+    def _reuse_answers(
+        self,
+        ask: dict[int, dict[str, list[int]]],
+        unchanged: Mapping[TopicPartition, Offsets],
+        state: PollState,
+    ) -> dict[int, dict[str, list[int]]]:
+        """`ask` without the partitions whose last answer still holds (their entries go to
+        `state`); the answers of partitions no longer asked are forgotten."""
+        answers = self._answers
+        kept: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
+        flagged: dict[int, dict[str, list[int]]] = {}
+        for leader, per_topic in ask.items():
+            for topic, indexes in per_topic.items():
+                still: list[int] = []
+                for p in indexes:
+                    tp = TopicPartition(topic, p)
+                    last = answers.get(tp)
+                    if last is not None and last[0] == leader and last[1] == unchanged.get(tp):
+                        state.open_entries.extend(last[2])
+                        kept[tp] = last
+                    else:
+                        still.append(p)
+                if still:
+                    flagged.setdefault(leader, {})[topic] = still
+        self._answers = kept
+        return flagged
+
+    def _split(
+        self, by_leader: _ByLeader, leaders: Mapping[TopicPartition, int]
+    ) -> tuple[_ByLeader, _ByLeader]:
         """(partitions asked DescribeProducers directly, crowded partitions to screen), by
         leader; kept while Metadata and the crowded set are unchanged (same objects, so
-        the direct batches' request cache holds too)."""
+        the direct batches' request cache holds too). A Metadata change forgets the
+        partitions it no longer lists."""
         cached = self._split_cache
         if (
             cached is not None
@@ -174,6 +194,8 @@ class ProducerStateReader:
             and cached[1] == self._crowded_version
         ):
             return cached[2], cached[3]
+        if cached is not None and cached[0] is not by_leader:
+            self._forget_unlisted(leaders)
         crowded_by_topic: dict[str, set[int]] = {}
         for tp in (*self._crowded, *self._too_large):
             crowded_by_topic.setdefault(tp.topic, set()).add(tp.partition)
@@ -202,13 +224,15 @@ class ProducerStateReader:
         *,
         cache: bool,
         relearn: bool,
+        offsets: Mapping[TopicPartition, Offsets] | None = None,
     ) -> list[TopicPartition]:
+        """`offsets`: the screened partitions' offsets, to remember their answers by."""
         requests, too_large = self._requests(by_leader, cache=cache)
         for leader, tp in too_large:
             state.error(leader, "DescribeProducers", ANSWER_TOO_LARGE)
             state.unobserved[tp] = ANSWER_TOO_LARGE
         calls = [
-            self._batch(leader, batch, build, state, retry_allowed, relearn)
+            self._batch(leader, batch, build, state, retry_allowed, relearn, offsets)
             for leader, batch, build in requests
         ]
         retry: list[TopicPartition] = []
@@ -298,6 +322,7 @@ class ProducerStateReader:
         state: PollState,
         retry_allowed: bool,
         relearn: bool,
+        offsets: Mapping[TopicPartition, Offsets] | None,
     ) -> list[TopicPartition]:
         try:
             response = await self._client.send(leader, build, _DECODE_DESCRIBE_PRODUCERS)
@@ -320,6 +345,8 @@ class ProducerStateReader:
         state.open_entries.extend(answer.entries)
         if self._screening:
             self._learn(batch, answer, relearn)
+            if offsets:
+                self._remember(leader, batch, answer, offsets)
         if self._ask_alone:
             answered = [
                 tp for topic, indexes in batch for p in indexes
@@ -350,6 +377,36 @@ class ProducerStateReader:
             for tp in answer.missing:
                 state.unobserved.setdefault(tp, MISSING_FROM_ANSWER)
         return retry
+
+    def _forget_unlisted(self, leaders: Mapping[TopicPartition, int]) -> None:
+        """Drop what is learnt of partitions Metadata no longer lists."""
+        gone = [tp for tp in self._crowded if tp not in leaders]
+        for tp in gone:
+            del self._crowded[tp]
+        for learnt in (self._ask_alone, self._too_large):
+            dropped = {tp for tp in learnt if tp not in leaders}
+            learnt.difference_update(dropped)
+            gone.extend(dropped)
+        if gone:
+            self._crowded_version += 1
+
+    def _remember(
+        self,
+        leader: int,
+        batch: list[tuple[str, Sequence[int]]],
+        answer: ProducersAnswer,
+        offsets: Mapping[TopicPartition, Offsets],
+    ) -> None:
+        unanswered = {tp for tp, _ in answer.errors} | set(answer.missing)
+        entries: dict[TopicPartition, list[ProducerEntry]] = {}
+        for entry in answer.entries:
+            entries.setdefault(TopicPartition(entry.topic, entry.partition), []).append(entry)
+        for topic, partitions in batch:
+            for p in partitions:
+                tp = TopicPartition(topic, p)
+                read = offsets.get(tp)
+                if read is not None and tp not in unanswered:
+                    self._answers[tp] = (leader, read, entries.get(tp, []))
 
     def _answer_too_large(self, batch: list[tuple[str, Sequence[int]]]) -> None:
         """The batch's answer crossed `max_response_bytes`: ask its partitions alone next

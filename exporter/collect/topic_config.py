@@ -9,10 +9,9 @@ from collections.abc import Iterable
 
 from exporter.collect.client import ClusterClient, MetadataView, describe_topic_configs_request
 from exporter.collect.connection import CollectError
-from exporter.collect.errors import error_name
+from exporter.collect.errors import MISSING_FROM_ANSWER, error_name
 from exporter.collect.parse import parse_cleanup_policies
 from exporter.collect.pollstate import PollState
-from exporter.collect.producers import MISSING_FROM_ANSWER
 from exporter.settings import ClusterSettings
 
 TOPICS_PER_REQUEST = 500

@@ -1,7 +1,8 @@
-"""Crowded partitions are screened with ListOffsets (issue 28): a partition whose last
-DescribeProducers answer held many producer states is asked DescribeProducers again only
-when its last stable offset is below its high watermark, when its offsets cannot be read,
-or at the periodic full sweep; what the poll reports stays what the full poll reports."""
+"""Crowded partitions are screened (issue 28): a partition whose last DescribeProducers
+answer held many producer states is read with the two ListOffsets once, then through a fetch
+session, and asked DescribeProducers again only when its last stable offset is below its high
+watermark (and moved since it was last asked) or its offsets cannot be read; what the poll
+reports stays what the full poll reports."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from kafka_sim.producer import open_transaction
 from kafka_sim.seed import seed_producer_states
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
-from exporter.collect import producers
+from exporter.collect import producers, screening
 from exporter.collect.poll import ClusterPoller
-from exporter.collect.producers import FULL_SWEEP_EVERY_POLLS, SCREEN_FROM_STATES
+from exporter.collect.producers import SCREEN_FROM_STATES
 from exporter.model import TopicPartition
 
 LIST_OFFSETS = 2
@@ -104,18 +105,66 @@ def test_crowded_partitions_screened_and_their_open_transaction_found(
             txn.abort()
 
 
-def test_full_sweep_every_k_polls_asks_every_partition(
+@contextmanager
+def session_answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[set[tuple[str, int]]]]:
+    """The partitions each screening Fetch answer carried, one set per answer."""
+    answers: list[set[tuple[str, int]]] = []
+    decode = screening._DECODE_FETCH
+
+    def counting(payload: bytes, version: int) -> Any:
+        response = decode(payload, version)
+        answers.append({(t.topic, p.partition_index) for t in response.responses
+                        for p in t.partitions})
+        return response
+
+    monkeypatch.setattr(screening, "_DECODE_FETCH", counting)
+    yield answers
+
+
+def test_idle_crowded_partitions_cost_nothing_once_the_session_holds_them(
     sim: SimCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with asked(monkeypatch) as counts, poller(sim) as p:
-        hot_asked: list[int] = []
-        for _ in range(2 * FULL_SWEEP_EVERY_POLLS + 1):
+    """After the first reads, an idle crowded partition is in no answer at all; one that was
+    written is in its leader's answer once; one with an open transaction is asked
+    DescribeProducers when it moved, and its answer reused while it stands still."""
+    hot = {(HOT, i) for i in range(PARTITIONS)}
+    with asked(monkeypatch) as counts, session_answers(monkeypatch) as answers, \
+            poller(sim) as p:
+        p.poll()  # learns the counts
+        p.poll()  # hot partitions read with ListOffsets
+        answers.clear()
+        p.poll()  # the sessions start: full answers
+        assert set().union(*answers) == hot
+        for _ in range(3):
+            answers.clear()
             counts.clear()
-            p.poll()
-            hot_asked.append(sum(1 for t, _ in counts if t == HOT))
-    sweeps = [i for i, n in enumerate(hot_asked) if n == PARTITIONS]
-    assert sweeps == [0, FULL_SWEEP_EVERY_POLLS, 2 * FULL_SWEEP_EVERY_POLLS]
-    assert all(n == 0 for i, n in enumerate(hot_asked) if i not in sweeps)
+            obs = p.poll()
+            assert answers and not set().union(*answers)  # every session answer empty
+            assert not {(t, i) for t, i in counts if t == HOT}
+            assert not obs.unobserved and not obs.open_transactions
+        txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [3],
+                               now_ms=sim.clock.now_ms)
+        try:
+            answers.clear()
+            counts.clear()
+            obs = p.poll()
+            assert set().union(*answers) == {(HOT, 3)}
+            assert {(t, i) for t, i in counts if t == HOT} == {(HOT, 3)}
+            assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 3)}
+            for _ in range(2):  # it stands still: not asked, still reported
+                answers.clear()
+                counts.clear()
+                again = p.poll()
+                assert not set().union(*answers)
+                assert not {(t, i) for t, i in counts if t == HOT}
+                assert open_keys(again) == open_keys(obs)
+        finally:
+            txn.abort()
+        answers.clear()
+        counts.clear()
+        obs = p.poll()  # the abort marker moved it: read, clear, nothing open
+        assert set().union(*answers) == {(HOT, 3)}
+        assert not obs.open_transactions and not obs.unobserved
 
 
 @pytest.mark.parametrize("fault", ["error", "reset", "omitted"])
@@ -157,22 +206,26 @@ def test_failed_list_offsets_falls_back_to_describe_producers(
             txn.abort()
 
 
-def test_expired_states_demote_a_partition_at_the_next_sweep(
+def test_a_crowded_partition_asked_with_few_states_left_is_asked_directly_again(
     sim: SimCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Producer states expire (producer.id.expiration.ms): the next full sweep re-learns
-    the count, and the partition is asked directly again (no screening cost for it)."""
+    """Producer states expire (producer.id.expiration.ms): when a screened partition is
+    asked again and holds few states, it is asked directly from then on."""
     with asked(monkeypatch) as counts, poller(sim) as p:
         p.poll()
         assert p._producers.crowded_partitions() == PARTITIONS
-        sim.call(lambda: [sim.state.log_of(sim.state.partition(HOT, i)).producers.clear()
-                          for i in range(PARTITIONS)])
-        for _ in range(FULL_SWEEP_EVERY_POLLS):
-            p.poll()
-        assert p._producers.crowded_partitions() == 0
-        counts.clear()
-        p.poll()
-        assert {(t, i) for t, i in counts if t == HOT} == {(HOT, i) for i in range(PARTITIONS)}
+        sim.call(lambda: sim.state.log_of(sim.state.partition(HOT, 2)).producers.clear())
+        txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [2],
+                               now_ms=sim.clock.now_ms)
+        try:
+            p.poll()  # LSO < HW: asked, one state left
+            assert p._producers.crowded_partitions() == PARTITIONS - 1
+            counts.clear()
+            obs = p.poll()
+            assert {(t, i) for t, i in counts if t == HOT} == {(HOT, 2)}
+            assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 2)}
+        finally:
+            txn.abort()
 
 
 def test_batches_fit_the_response_limit_and_a_partition_too_large_alone_is_unobserved() -> None:

@@ -1,34 +1,69 @@
-"""`collect.screening.screen` on hand-made ListOffsets answers (issue 28): only LSO == HW from
-both answers, without error, is "clear"; everything else goes to DescribeProducers, and what
-is wrong with an answer is counted."""
+"""`collect.screening.Screen` on hand-made answers (issue 28): only LSO == HW, read without
+error, is "clear"; everything else goes to DescribeProducers, and what is wrong with an
+answer is counted. A partition's first read is the two ListOffsets; then its leader's fetch
+session: full, then incremental, and full again whenever the session is in doubt."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+import pytest
 
 from exporter.collect import screening
 from exporter.collect.client import READ_COMMITTED
 from exporter.collect.connection import BrokerUnreachable
 from exporter.collect.fastdecode import (
+    FetchPartition,
+    FetchTopic,
+    LeanFetchResponse,
     LeanListOffsetsResponse,
     ListOffsetsPartition,
     ListOffsetsTopic,
 )
 from exporter.collect.pollstate import PollState
+from exporter.model import TopicPartition
 
 NOT_LEADER_OR_FOLLOWER = 6
+INVALID_FETCH_SESSION_EPOCH = 71
+T = "t"
 
 
+@dataclass(frozen=True)
+class FetchSent:
+    session_id: int
+    epoch: int
+    send: dict[TopicPartition, int]
+    forget: list[TopicPartition]
+
+
+@dataclass
 class FakeClient:
-    """Answers the high-watermark (isolation 0) and LSO (READ_COMMITTED) requests with the
-    given partitions in that order ((index, error, offset) per topic), or raises."""
+    """ListOffsets: `hw` / `lso` ({topic: [(index, error, offset)]}, or an exception);
+    Fetch: `fetch(sent)` gives ({topic: [(index, error, hw, lso)]} or an exception, session
+    id). Every request is recorded in `sent`."""
 
-    def __init__(self, hw: Any, lso: Any) -> None:
-        self.answers = {0: hw, READ_COMMITTED: lso}
+    hw: Any = None
+    lso: Any = None
+    fetch: Callable[[FetchSent], tuple[Any, int]] | None = None
+    sent: list[Any] = field(default_factory=list)
 
-    async def send(self, broker_id: int, isolation: Any, decode: Any) -> Any:
-        answer = self.answers[isolation]
+    async def send(self, broker_id: int, request: Any, decode: Any) -> Any:
+        self.sent.append(request)
+        if isinstance(request, FetchSent):
+            assert self.fetch is not None
+            answer, session_id = self.fetch(request)
+            if isinstance(answer, Exception):
+                raise answer
+            error = answer.pop("error", 0) if isinstance(answer, dict) else 0
+            return LeanFetchResponse(12, 0, error, session_id, [
+                FetchTopic(name, None, [FetchPartition(i, e, hw, lso, 0, b"")
+                                        for i, e, hw, lso in parts])
+                for name, parts in answer.items()
+            ])
+        answer = self.hw if request == 0 else self.lso
         if isinstance(answer, Exception):
             raise answer
         return LeanListOffsetsResponse(10, 0, [
@@ -37,37 +72,156 @@ class FakeClient:
         ])
 
 
-def run(hw: Any, lso: Any, asked: dict[str, list[int]]) -> tuple[Any, list[Any]]:
-    """`screen` with the request builder replaced by its isolation level (the fake's key)."""
+@pytest.fixture(autouse=True)
+def plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request builders replaced by what they were asked (the fake's keys)."""
+    monkeypatch.setattr(screening, "list_offsets_request",
+                        lambda partitions, isolation: isolation)
+    monkeypatch.setattr(
+        screening, "_session_request",
+        lambda session, send, forget: FetchSent(session.session_id, session.epoch,
+                                                dict(send), list(forget)))
+
+
+def poll(screen: screening.Screen, asked: dict[str, list[int]]
+         ) -> tuple[screening.ScreenResult, list[tuple[str, str]]]:
     state = PollState(now_ms=0)
-    client: Any = FakeClient(hw, lso)
-    build = screening.list_offsets_request
-    screening.list_offsets_request = lambda partitions, isolation: isolation  # type: ignore
-    try:
-        result = asyncio.run(screening.screen(client, {1: asked}, state))
-    finally:
-        screening.list_offsets_request = build
+    result = asyncio.run(screen.screen({1: asked}, state))
     return result, [(e.api, e.error) for e in state.request_errors]
 
 
+def tps(*indexes: int) -> list[TopicPartition]:
+    return [TopicPartition(T, i) for i in indexes]
+
+
 def test_only_lso_equal_to_hw_is_clear_in_any_order() -> None:
-    hw = {"t": [(0, 0, 10), (1, 0, 20), (2, 0, 30)]}
-    lso = {"t": [(2, 0, 30), (0, 0, 10), (1, 0, 15)]}  # another order; t-1 has LSO < HW
-    ask, errors = run(hw, lso, {"t": [0, 1, 2]})
-    assert ask == {1: {"t": [1]}} and errors == []
+    client: Any = FakeClient(hw={T: [(0, 0, 10), (1, 0, 20), (2, 0, 30)]},
+                             lso={T: [(2, 0, 30), (0, 0, 10), (1, 0, 15)]})
+    result, errors = poll(screening.Screen(client), {T: [0, 1, 2]})
+    assert result.ask == {1: {T: [1]}} and errors == []
+    assert result.offsets == {TopicPartition(T, 1): screening.Offsets(20, 15)}
 
 
 def test_errors_missing_and_failed_requests_go_to_describe_producers() -> None:
-    hw = {"t": [(0, 0, 10), (1, NOT_LEADER_OR_FOLLOWER, -1), (3, 0, 5)]}
-    lso = {"t": [(0, 0, 10), (1, 0, 20), (3, 0, 5)]}
-    ask, errors = run(hw, lso, {"t": [0, 1, 2, 3], "u": [0]})
-    assert ask == {1: {"t": [1, 2], "u": [0]}}
-    assert sorted(errors) == [("ListOffsets", "MISSING_FROM_ANSWER")] * 4 + [
+    client: Any = FakeClient(hw={T: [(0, 0, 10), (1, NOT_LEADER_OR_FOLLOWER, -1), (3, 0, 5)]},
+                             lso={T: [(0, 0, 10), (1, 0, 20), (3, 0, 5)]})
+    result, errors = poll(screening.Screen(client), {T: [0, 1, 2, 3], "u": [0]})
+    assert result.ask == {1: {T: [1, 2], "u": [0]}}
+    assert sorted(errors) == [("ListOffsets", "MISSING_FROM_ANSWER")] * 2 + [
         ("ListOffsets", "NOT_LEADER_OR_FOLLOWER")]
-    ask, errors = run(BrokerUnreachable("down"), lso, {"t": [0, 3]})
-    assert ask == {1: {"t": [0, 3]}} and errors == [("ListOffsets", "BROKER_UNREACHABLE")]
+    client = FakeClient(hw=BrokerUnreachable("down"), lso=client.lso)
+    result, errors = poll(screening.Screen(client), {T: [0, 3]})
+    assert result.ask == {1: {T: [0, 3]}} and errors == [("ListOffsets", "BROKER_UNREACHABLE")]
 
 
-def test_unknown_offsets_are_never_clear() -> None:
-    ask, _ = run({"t": [(0, 0, -1)]}, {"t": [(0, 0, -1)]}, {"t": [0]})
-    assert ask == {1: {"t": [0]}}
+@pytest.mark.parametrize("hw, lso", [(-1, -1), (5, 7), (5, -1)])
+def test_impossible_offsets_are_never_clear(hw: int, lso: int) -> None:
+    client: Any = FakeClient(hw={T: [(0, 0, hw)]}, lso={T: [(0, 0, lso)]})
+    result, _ = poll(screening.Screen(client), {T: [0]})
+    assert result.ask == {1: {T: [0]}}
+
+
+def warm_screen(fetch: Callable[[FetchSent], tuple[Any, int]]) -> tuple[screening.Screen, Any]:
+    """A screen whose partitions 0-2 were read with ListOffsets (2 has LSO < HW)."""
+    client: Any = FakeClient(hw={T: [(0, 0, 10), (1, 0, 20), (2, 0, 30)]},
+                             lso={T: [(0, 0, 10), (1, 0, 20), (2, 0, 25)]}, fetch=fetch)
+    screen = screening.Screen(client)
+    poll(screen, {T: [0, 1, 2]})
+    client.sent.clear()
+    return screen, client
+
+
+def full_answer(sent: FetchSent) -> tuple[Any, int]:
+    offsets = {0: (10, 10), 1: (20, 20), 2: (30, 25)}
+    return {T: [(tp.partition, 0, *offsets[tp.partition]) for tp in sent.send]}, 7
+
+
+def test_the_session_starts_full_then_reports_only_what_moved() -> None:
+    answers = [full_answer, lambda sent: ({}, 7), lambda sent: ({T: [(1, 0, 22, 21)]}, 7),
+               lambda sent: ({}, 7)]
+    screen, client = warm_screen(lambda sent: answers.pop(0)(sent))
+    result, errors = poll(screen, {T: [0, 1, 2]})
+    assert client.sent == [FetchSent(0, 0, {tp: hw for tp, hw in zip(tps(0, 1, 2), (10, 20, 30),
+                                                                     strict=True)}, [])]
+    assert result.ask == {1: {T: [2]}} and not result.unchanged and errors == []
+    client.sent.clear()
+    result, _ = poll(screen, {T: [0, 1, 2]})  # nothing moved: nothing sent, 2 unchanged
+    assert client.sent == [FetchSent(7, 1, {}, [])]
+    assert result.ask == {1: {T: [2]}}
+    assert result.unchanged == {TopicPartition(T, 2): screening.Offsets(30, 25)}
+    client.sent.clear()
+    result, _ = poll(screen, {T: [0, 1, 2]})  # 1 moved, with a transaction now
+    assert result.ask == {1: {T: [1, 2]}}
+    assert set(result.unchanged) == {TopicPartition(T, 2)}
+    client.sent.clear()
+    result, _ = poll(screen, {T: [0, 2]})  # 1 no longer screened; its fetch offset moved
+    assert client.sent == [FetchSent(7, 3, {}, tps(1))]
+
+
+@pytest.mark.parametrize("fault", ["session", "request", "missing", "impossible", "declined"])
+def test_a_session_in_doubt_sends_its_partitions_to_describe_producers_and_starts_again(
+    fault: str,
+) -> None:
+    answers: list[Callable[[FetchSent], tuple[Any, int]]] = [full_answer]
+    if fault == "session":  # the epoch is refused: a full fetch in the same poll
+        answers += [lambda sent: ({"error": INVALID_FETCH_SESSION_EPOCH}, 0), full_answer]
+    elif fault == "request":
+        answers += [lambda sent: (BrokerUnreachable("down"), 0)]
+    elif fault == "missing":  # an added partition always comes back in its first answer
+        answers = [lambda sent: ({T: [(0, 0, 10, 10), (2, 0, 30, 25)]}, 7)]
+    elif fault == "impossible":
+        answers += [lambda sent: ({T: [(0, 0, 10, 12)]}, 7)]
+    else:  # no room in the broker's session cache
+        answers = [lambda sent: full_answer(sent)[:1] + (0,)]
+    answers += [full_answer]
+    screen, client = warm_screen(lambda sent: answers.pop(0)(sent))
+    if fault != "missing" and fault != "declined":
+        poll(screen, {T: [0, 1, 2]})
+        client.sent.clear()
+    result, errors = poll(screen, {T: [0, 1, 2]})
+    epochs = [s.epoch for s in client.sent if isinstance(s, FetchSent)]
+    if fault == "session":
+        assert epochs == [1, 0]
+        assert errors == [("Fetch", "INVALID_FETCH_SESSION_EPOCH")]
+        assert result.ask == {1: {T: [2]}} and not result.unchanged
+        return
+    expected = {"request": [0, 1, 2], "missing": [1, 2], "impossible": [0, 2],
+                "declined": [2]}[fault]
+    assert sorted(result.ask[1][T]) == expected and list(result.ask) == [1]
+    assert {"request": [("Fetch", "BROKER_UNREACHABLE")],
+            "missing": [("Fetch", "MISSING_FROM_ANSWER")],
+            "impossible": [("Fetch", "IMPOSSIBLE_OFFSETS")],
+            "declined": []}[fault] == errors
+    client.sent.clear()
+    poll(screen, {T: [0, 1, 2]})
+    fetches = [s for s in client.sent if isinstance(s, FetchSent)]
+    assert fetches and fetches[0].epoch == 0  # a full fetch: a new session
+    assert all(hw == screening.Offsets(*{0: (10, 10), 1: (20, 20), 2: (30, 25)}[tp.partition])
+               .high_watermark for tp, hw in fetches[0].send.items())
+
+
+def test_a_partition_answered_with_an_error_is_read_afresh_and_forgotten_by_its_session(
+) -> None:
+    answers = [full_answer, lambda sent: ({T: [(1, 0, -1, -1)], "x": []}, 7)]
+    screen, client = warm_screen(lambda sent: answers.pop(0)(sent))
+    poll(screen, {T: [0, 1, 2]})
+    result, errors = poll(screen, {T: [0, 1, 2]})  # -1/-1 without an error: impossible
+    assert sorted(result.ask[1][T]) == [1, 2]
+    assert errors == [("Fetch", "IMPOSSIBLE_OFFSETS")]
+    client.sent.clear()
+    client.fetch = full_answer
+    poll(screen, {T: [0, 1, 2]})  # full again for 0 and 2; 1 read with ListOffsets
+    assert sorted(s for s in client.sent if not isinstance(s, FetchSent)) == [0, READ_COMMITTED]
+    client.fetch = lambda sent: ({T: [(1, 0, 20, 20)]}, 7)
+    poll(screen, {T: [0, 1, 2]})  # 1 joins the session
+    client.sent.clear()
+    client.fetch = lambda sent: ({T: [(1, NOT_LEADER_OR_FOLLOWER, -1, -1)]}, 7)
+    result, errors = poll(screen, {T: [0, 1, 2]})
+    assert sorted(result.ask[1][T]) == [1, 2]
+    assert errors == [("Fetch", "NOT_LEADER_OR_FOLLOWER")]
+    client.sent.clear()
+    client.fetch = lambda sent: ({}, 7)
+    poll(screen, {T: [0, 1, 2]})
+    fetch = next(s for s in client.sent if isinstance(s, FetchSent))
+    assert fetch.forget == tps(1)  # read with ListOffsets instead this poll
+    assert 0 in [s for s in client.sent if not isinstance(s, FetchSent)]
