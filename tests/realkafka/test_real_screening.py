@@ -1,7 +1,9 @@
 """Screening of crowded partitions on a real broker (issue 28): Kafka's last stable offset
 equals the high watermark on a partition with idempotent producer states only, and falls below
 it when a transaction is open there (docs/kafka-semantics.md#lso-equals-hw), so the screened
-poll asks DescribeProducers only for that partition and finds what the full poll finds."""
+poll asks DescribeProducers only for that partition and finds what the full poll finds. The
+offsets come from an incremental fetch session whose answers leave out the partitions that
+did not move (docs/kafka-semantics.md#fetch-sessions)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from kafka_sim.realkafka import RealKafkaCluster
 from realhelpers import cluster_settings, create_topic, unique
 from waits import wait_for
 
-from exporter.collect import producers
+from exporter.collect import producers, screening
 from exporter.collect.poll import ClusterPoller
 from exporter.collect.producers import SCREEN_FROM_STATES
 
@@ -61,6 +63,17 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
         return sent
 
     monkeypatch.setattr(producers, "describe_producers_request", counting)
+    answers: list[tuple[int, set[int]]] = []  # (session id, partitions of the topic)
+    decode = screening._DECODE_FETCH
+
+    def recording(payload: bytes, version: int) -> Any:
+        response = decode(payload, version)
+        answers.append((response.session_id, {
+            p.partition_index for t in response.responses if t.topic == topic
+            for p in t.partitions}))
+        return response
+
+    monkeypatch.setattr(screening, "_DECODE_FETCH", recording)
     settings = cluster_settings(real_kafka, request_timeout_seconds=30.0)
     screened = ClusterPoller(settings)
     full = ClusterPoller(settings, screen_crowded_partitions=False)
@@ -84,6 +97,30 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
 
         assert mine(seen) == mine(reference) and len(mine(seen)) == 1
         assert not [tp for tp in seen.unobserved if tp.topic == topic]
+        # The sessions hold the partitions now: idle ones are in no answer, the open
+        # transaction's answer is reused, a write is reported once.
+        for _ in range(2):
+            answers.clear()
+            asked.clear()
+            still = screened.poll()
+            assert answers and all(session_id != 0 for session_id, _ in answers)
+            assert not set().union(*(parts for _, parts in answers))
+            assert not [k for k in asked if k[0] == topic]
+            assert mine(still) == mine(seen)
+        idempotent_write(real_kafka, topic, 0)
+        answers.clear()
+        asked.clear()
+        moved = screened.poll()
+        assert set().union(*(parts for _, parts in answers)) == {0}
+        assert not [k for k in asked if k[0] == topic]  # LSO == HW there
+        assert mine(moved) == mine(seen)
+        txn.abort()
+        txn = None
+        wait_for("the abort marker", lambda: not mine(full.poll()), 30.0)
+        answers.clear()
+        done = screened.poll()
+        assert 2 in set().union(*(parts for _, parts in answers))
+        assert not mine(done) and not [tp for tp in done.unobserved if tp.topic == topic]
     finally:
         if txn is not None:
             txn.abort()
