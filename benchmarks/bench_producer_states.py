@@ -1,7 +1,7 @@
 """Poll cost against producer states per partition (issue 28): the full poll (DescribeProducers
-for every partition, every poll) vs the screened one (crowded partitions screened with the two
-ListOffsets, asked DescribeProducers only where LSO < HW; a full sweep every
-FULL_SWEEP_EVERY_POLLS polls), on the same simulated cluster.
+for every partition, every poll) vs the screened one (crowded partitions screened through a
+fetch session per leader, asked DescribeProducers only where LSO < HW and moved since last
+asked), on the same simulated cluster.
 
 Per mean states per partition (0 = no producer state at all, the baseline): a fresh SimCluster
 of `--partitions` partitions on `--brokers` brokers, seeded with idempotent producer states
@@ -14,9 +14,13 @@ strategy, one cold poll (it learns the counts), then `--polls` warm polls measur
 - simulator CPU: process CPU minus the exporter's (the broker side's cost, plus the sim's tick);
 - wall: `ClusterPoller.poll()`.
 The simulator runs in this process (its own thread), so wall includes waiting for it.
-"Amortized" adds the sweep: (K-1) warm screened polls + one full poll, over K.
+`--written F`: before every warm poll, a fraction F of the partitions (chosen anew each time,
+the open transactions' partitions among them) gets one batch from a long-lived idempotent
+producer (which wrote every partition once while seeding: one state more everywhere), so
+that their offsets move between polls; 0 = a cluster standing still.
 
 Run: python benchmarks/bench_producer_states.py [--partitions 1000] [--states 0,0.1,10,100,1000]
+     [--written 0.1]
 """
 
 from __future__ import annotations
@@ -40,11 +44,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulator"))
 
 import _common as common
 from kafka_sim.cluster import SimCluster
-from kafka_sim.seed import seed_open_transaction, seed_producer_states, skewed_state_counts
+from kafka_sim.seed import (
+    seed_idempotent_producer,
+    seed_open_transaction,
+    seed_producer_states,
+    skewed_state_counts,
+    write_idempotent_batch,
+)
 
 from exporter.collect import connection as connection_module
 from exporter.collect.poll import ClusterPoller
-from exporter.collect.producers import FULL_SWEEP_EVERY_POLLS
 from exporter.settings import ClusterSettings
 
 PER_TOPIC = 100
@@ -99,7 +108,8 @@ def counting(traffic: Traffic) -> Iterator[None]:
         cls._send = original_send  # type: ignore[method-assign]
 
 
-def seed(sim: SimCluster, partitions: int, mean_states: float, rng_seed: int) -> dict[str, int]:
+def seed(sim: SimCluster, partitions: int, mean_states: float, rng_seed: int,
+         writer: bool = False) -> dict[str, Any]:
     rng = random.Random(rng_seed)
     now = sim.clock.now_ms()
     layout = [(f"t{i // PER_TOPIC:04d}", i % PER_TOPIC) for i in range(partitions)]
@@ -110,7 +120,7 @@ def seed(sim: SimCluster, partitions: int, mean_states: float, rng_seed: int) ->
     else:
         counts = {}
 
-    def on_loop() -> dict[str, int]:
+    def on_loop() -> dict[str, Any]:
         for (topic, p), n in counts.items():
             seed_producer_states(sim.state, topic, p, n, now_ms=now, max_age_ms=3_600_000,
                                  rng=rng)
@@ -120,20 +130,45 @@ def seed(sim: SimCluster, partitions: int, mean_states: float, rng_seed: int) ->
             seed_open_transaction(sim.state, f"bench-open-{i}", [(topic, p)],
                                   start_ms=now - 10_000, timeout_ms=TIMEOUT_MS)
             opened += 1
-        return {"states": sum(counts.values()), "open_transactions": opened}
+        pid = -1
+        if writer:
+            pid = seed_idempotent_producer(sim.state, *layout[0], timestamp_ms=now)
+            for topic, p in layout[1:]:
+                write_idempotent_batch(sim.state, topic, p, producer_id=pid, timestamp_ms=now)
+        return {"states": sum(counts.values()), "open_transactions": opened,
+                "writer": pid, "layout": layout}
 
     return sim.call(on_loop)
 
 
-def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic) -> dict[str, Any]:
+def traffic_between_polls(sim: SimCluster, seeded: dict[str, Any], fraction: float,
+                          rng: random.Random) -> Callable[[], None]:
+    """Writes a batch to `fraction` of the partitions (the seeded writer's), on the loop."""
+    layout, pid = seeded["layout"], seeded["writer"]
+
+    def write() -> None:
+        now = sim.clock.now_ms()
+        for topic, p in rng.sample(layout, round(len(layout) * fraction)):
+            write_idempotent_batch(sim.state, topic, p, producer_id=pid, timestamp_ms=now)
+
+    return lambda: sim.call(write)
+
+
+def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
+            between: Callable[[], None] | None = None) -> dict[str, Any]:
     settings = ClusterSettings(name="bench", bootstrap_servers=tuple(
         sim.bootstrap_servers.split(",")), request_timeout_seconds=300.0)
     poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms,
                            screen_crowded_partitions=screening)
     rows: list[dict[str, Any]] = []
     try:
-        poller.poll()  # cold: connections, counts learnt
+        for _ in range(3):  # cold: connections, counts learnt, first reads, sessions
+            if between is not None:
+                between()
+            poller.poll()
         for _ in range(polls):
+            if between is not None:
+                between()
             traffic.reset()
             cpu0, proc0, wall0 = time.thread_time(), time.process_time(), time.perf_counter()
             obs = poller.poll()
@@ -144,6 +179,7 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic) -> d
                 "bytes": sum(traffic.bytes.values()),
                 "describe_producers_bytes": traffic.bytes["DescribeProducersRequest"],
                 "list_offsets_bytes": traffic.bytes["ListOffsetsRequest"],
+                "fetch_bytes": traffic.bytes["FetchRequest"],
                 "requests": sum(traffic.requests.values()),
                 "requests_by_api": dict(traffic.requests),
                 "exporter_cpu_s": cpu, "sim_cpu_s": max(0.0, proc - cpu), "wall_s": wall,
@@ -152,7 +188,7 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic) -> d
     finally:
         poller.close()
     med = {k: statistics.median(r[k] for r in rows) for k in (
-        "bytes", "describe_producers_bytes", "list_offsets_bytes", "requests",
+        "bytes", "describe_producers_bytes", "list_offsets_bytes", "fetch_bytes", "requests",
         "exporter_cpu_s", "sim_cpu_s", "wall_s")}
     med["open"] = rows[-1]["open"]
     med["unobserved"] = rows[-1]["unobserved"]
@@ -166,35 +202,38 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--states", default="0,0.1,10,100,1000")
     parser.add_argument("--polls", type=int, default=5)
+    parser.add_argument("--written", type=float, default=0.0)
     args = parser.parse_args()
     info = {**common.machine_info(), "load_average": common.load_average(),
-            "partitions": args.partitions, "brokers": args.brokers, "polls": args.polls}
+            "partitions": args.partitions, "brokers": args.brokers, "polls": args.polls,
+            "written": args.written}
     print(json.dumps(info))
     traffic = Traffic()
     results: dict[float, dict[str, dict[str, Any]]] = {}
-    keys = ("bytes", "exporter_cpu_s", "sim_cpu_s", "wall_s")
     with counting(traffic):
         for mean in (float(s) for s in args.states.split(",")):
             topics = {f"t{i:04d}": min(PER_TOPIC, args.partitions - i * PER_TOPIC)
                       for i in range((args.partitions + PER_TOPIC - 1) // PER_TOPIC)}
             with SimCluster(brokers=args.brokers, topics=topics, broker_config={
                     "transaction.max.timeout.ms": str(TIMEOUT_MS)}) as sim:
-                seeded = seed(sim, args.partitions, mean, rng_seed=1)
+                seeded = seed(sim, args.partitions, mean, rng_seed=1,
+                              writer=args.written > 0)
+                between = (traffic_between_polls(sim, seeded, args.written, random.Random(2))
+                           if args.written > 0 else None)
                 polls = args.polls if mean < 1000 else max(2, args.polls // 2)
-                full = measure(sim, False, polls, traffic)
-                screened = measure(sim, True, polls, traffic)
-            amortized = {k: ((FULL_SWEEP_EVERY_POLLS - 1) * screened[k] + full[k])
-                         / FULL_SWEEP_EVERY_POLLS for k in keys}
-            results[mean] = {"full": full, "screened": screened, "amortized": amortized}
+                full = measure(sim, False, polls, traffic, between)
+                screened = measure(sim, True, polls, traffic, between)
+            results[mean] = {"full": full, "screened": screened}
             assert screened["open"] == full["open"], (screened, full)
             common.emit({"bench": "producer_states", "machine": info, "mean_states": mean,
-                         **seeded,
-                         "full": full, "screened": screened, "amortized": amortized})
+                         "states": seeded["states"],
+                         "open_transactions": seeded["open_transactions"],
+                         "full": full, "screened": screened})
     base = results.get(0.0)
     print(f"\n{'states':>7} | {'strategy':>9} | {'bytes':>10} | {'req':>4} | {'exp CPU ms':>10} |"
           f" {'sim CPU ms':>10} | {'wall ms':>8} | x bytes/CPU/sim vs 0 states | x vs full")
     for mean, r in results.items():
-        for name in ("full", "screened", "amortized"):
+        for name in ("full", "screened"):
             row = r[name]
             vs0 = "/".join(
                 f"{common.ratio(row[k], base['screened'][k]) or 0:.2f}"

@@ -76,6 +76,17 @@ def seed_idempotent_producer(
     return pid
 
 
+def write_idempotent_batch(
+    state: ClusterState, topic: str, partition: int, *, producer_id: int, timestamp_ms: int,
+    records: int = 1,
+) -> int:
+    """One more batch from an existing idempotent producer (its next sequence): the
+    partition's offsets move, its producer states stay as many. Returns the base offset."""
+    return _write(state, _partition(state, topic, partition), producer_id=producer_id,
+                  producer_epoch=0, transactional=False, records=records,
+                  timestamp_ms=timestamp_ms)
+
+
 def _new_transactional_id(state: ClusterState, transactional_id: str, timeout_ms: int,
                           now_ms: int) -> TransactionMetadata:
     """InitProducerId for a fresh transactional id: epoch 0, Empty, start -1."""
