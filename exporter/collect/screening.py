@@ -82,18 +82,47 @@ class ScreenResult:
 
 
 @dataclass(slots=True)
-class _Session:
-    """The exporter's side of one leader's fetch session."""
+class _Leader:
+    """One leader's screened partitions and the exporter's side of its fetch session. Kept
+    so that a poll where nothing moved costs work only for what it reports (and for the
+    partitions with LSO < HW), not for every screened partition."""
 
+    wanted: frozenset[TopicPartition] = frozenset()
     session_id: int = 0
     epoch: int = 0
     """The epoch of the next request; 0: a full fetch (which asks for a new session)."""
-    fetch_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    held: dict[TopicPartition, int] = field(default_factory=dict)
     """The partitions the broker's session holds, with the fetch offset it holds for each."""
+    offsets: dict[TopicPartition, Offsets] = field(default_factory=dict)
+    """Of `wanted`, the offsets last read without error."""
+    unclear: dict[TopicPartition, Offsets] = field(default_factory=dict)
+    """Of `offsets`, those with LSO < HW."""
+    cold: set[TopicPartition] = field(default_factory=set)
+    """Of `wanted`, those without offsets: read with ListOffsets."""
+    to_send: dict[TopicPartition, int] = field(default_factory=dict)
+    """Partitions to add to the session, or whose fetch offset to move, next request."""
 
     def reset(self) -> None:
         self.epoch = 0
-        self.fetch_offsets = {}
+        self.held = {}
+        self.to_send = {}
+
+    def read(self, tp: TopicPartition, offsets: Offsets) -> None:
+        self.offsets[tp] = offsets
+        if offsets.clear:
+            self.unclear.pop(tp, None)
+        else:
+            self.unclear[tp] = offsets
+        if self.held.get(tp) != offsets.high_watermark:
+            self.to_send[tp] = offsets.high_watermark
+
+    def unread(self, tp: TopicPartition) -> None:
+        """Its offsets are read afresh with ListOffsets (an error on the partition itself)."""
+        if tp in self.wanted:
+            self.offsets.pop(tp, None)
+            self.unclear.pop(tp, None)
+            self.to_send.pop(tp, None)
+            self.cold.add(tp)
 
 
 def next_epoch(epoch: int) -> int:
@@ -102,133 +131,176 @@ def next_epoch(epoch: int) -> int:
 
 
 class Screen:
-    """Screening for one cluster: its sessions by leader and the offsets last read."""
+    """Screening for one cluster: per leader, its partitions' offsets and fetch session."""
 
     def __init__(self, client: ClusterClient) -> None:
         self._client = client
-        self._sessions: dict[int, _Session] = {}
-        self._known: dict[TopicPartition, tuple[int, Offsets]] = {}
-        """Per screened partition: (leader, offsets) as last read without error."""
-        self._wanted: tuple[ByLeader, dict[int, list[TopicPartition]]] | None = None
+        self._leaders: dict[int, _Leader] = {}
+        self._by_leader: ByLeader | None = None
 
     async def screen(self, by_leader: ByLeader, state: PollState) -> ScreenResult:
+        if by_leader is not self._by_leader:
+            self._rescope(by_leader)
         result = ScreenResult()
-        wanted = self._wanted_by_leader(by_leader)
         await asyncio.gather(
-            *(self._screen_at(leader, tps, state, result) for leader, tps in wanted.items())
+            *(self._screen_at(leader, at, state, result)
+              for leader, at in self._leaders.items())
         )
         return result
 
-    def _wanted_by_leader(self, by_leader: ByLeader) -> dict[int, list[TopicPartition]]:
-        """`by_leader` as partitions; kept while it is the same mapping (Metadata and the
-        crowded set unchanged), else the offsets and sessions of partitions no longer
-        screened by the same leader are dropped."""
-        cached = self._wanted
-        if cached is not None and cached[0] is by_leader:
-            return cached[1]
-        wanted = {
-            leader: [TopicPartition(topic, p) for topic, indexes in per_topic.items()
-                     for p in indexes]
-            for leader, per_topic in by_leader.items()
-        }
-        leader_of = {tp: leader for leader, tps in wanted.items() for tp in tps}
-        known = self._known
-        for tp in [tp for tp, (leader, _) in known.items() if leader_of.get(tp) != leader]:
-            del known[tp]  # gone, or led elsewhere now: read afresh there
-        for leader in [b for b in self._sessions if b not in wanted]:
-            del self._sessions[leader]  # the broker evicts an idle session on its own
-        self._wanted = (by_leader, wanted)
-        return wanted
+    def _rescope(self, by_leader: ByLeader) -> None:
+        """The screened partitions changed (Metadata, or the crowded set): a partition no
+        longer screened by the same leader is forgotten there (read afresh where it went)."""
+        leaders: dict[int, _Leader] = {}
+        for leader, per_topic in by_leader.items():
+            wanted = frozenset(
+                TopicPartition(topic, p) for topic, indexes in per_topic.items()
+                for p in indexes
+            )
+            at = self._leaders.get(leader) or _Leader()
+            if wanted != at.wanted:
+                for tp in at.wanted - wanted:
+                    at.offsets.pop(tp, None)
+                    at.unclear.pop(tp, None)
+                    at.to_send.pop(tp, None)
+                    at.cold.discard(tp)
+                at.cold.update(wanted - at.wanted)
+                at.wanted = wanted
+            leaders[leader] = at  # a leader left out: the broker evicts its idle session
+        self._leaders = leaders
+        self._by_leader = by_leader
 
     async def _screen_at(
-        self, leader: int, tps: list[TopicPartition], state: PollState, result: ScreenResult
+        self, leader: int, at: _Leader, state: PollState, result: ScreenResult
     ) -> None:
-        known = self._known
-        warm = [tp for tp in tps if tp in known]
-        cold = [tp for tp in tps if tp not in known]
-        session = self._sessions.setdefault(leader, _Session())
-        if warm:
-            fetched = await self._fetch(leader, session, warm, state, result)
-            if not fetched:
-                cold.extend(warm)  # no session to be had: the two ListOffsets
+        cold = sorted(at.cold)
+        reported: set[TopicPartition] = set()
+        if at.offsets:
+            fetched = await self._fetch(leader, at, state, result, reported)
+            if not fetched:  # no session to be had: the two ListOffsets for all
+                cold.extend(at.offsets)
+                at.offsets.clear()
+                at.unclear.clear()
         if cold:
-            await self._list_offsets(leader, cold, state, result)
-
-    def _verdict(
-        self, leader: int, tp: TopicPartition, offsets: Offsets, unchanged: bool,
-        result: ScreenResult,
-    ) -> None:
-        if offsets.clear:
-            return
-        result.add(leader, tp)
-        result.offsets[tp] = offsets
-        if unchanged:
-            result.unchanged[tp] = offsets
-
-    def _unknown(
-        self, leader: int, tp: TopicPartition, result: ScreenResult, *, read_afresh: bool = True
-    ) -> None:
-        """To DescribeProducers; `read_afresh`: its offsets are read with ListOffsets next
-        poll (an error on the partition itself), else the next full fetch reads them."""
-        if read_afresh:
-            self._known.pop(tp, None)
-        result.add(leader, tp)
+            await self._list_offsets(leader, at, cold, state, result, reported)
+        for tp, offsets in at.unclear.items():
+            result.add(leader, tp)
+            result.offsets[tp] = offsets
+            if tp not in reported:
+                result.unchanged[tp] = offsets
 
     async def _fetch(
-        self, leader: int, session: _Session, warm: list[TopicPartition], state: PollState,
-        result: ScreenResult,
+        self, leader: int, at: _Leader, state: PollState, result: ScreenResult,
+        reported: set[TopicPartition],
     ) -> bool:
-        """Screen `warm` through the leader's session; False when the broker cannot hold
-        one (Fetch older than v7), so that ListOffsets reads them instead."""
+        """Screen the leader's partitions with offsets through its session; False when the
+        broker cannot hold one (Fetch older than v7), so that ListOffsets reads them."""
         for attempt in range(2):
-            full = session.epoch == 0
-            send = self._to_send(session, warm, full)
-            warm_set = set(warm)
-            forget = [] if full else [tp for tp in session.fetch_offsets if tp not in warm_set]
+            full = at.epoch == 0
+            if full:
+                send = {tp: offsets.high_watermark for tp, offsets in at.offsets.items()}
+                forget: list[TopicPartition] = []
+            else:
+                send = dict(at.to_send)
+                forget = [tp for tp in at.held if tp not in at.offsets]
             try:
                 response = await self._client.send(
-                    leader, _session_request(session, send, forget), _DECODE_FETCH
+                    leader, _session_request(at, send, forget), _DECODE_FETCH
                 )
             except UnsupportedApi:
-                session.reset()
+                at.reset()
                 return False
             except CollectError as exc:
                 state.error(leader, "Fetch", exc.kind)
-                session.reset()
-                for tp in warm:
-                    self._unknown(leader, tp, result, read_afresh=False)
+                self._in_doubt(leader, at, result, reported)
                 return True
             if response.error_code in SESSION_ERRORS and attempt == 0:
                 state.error(leader, "Fetch", error_name(response.error_code))
-                session.reset()
+                at.reset()
                 continue
             if response.error_code:
                 state.error(leader, "Fetch", error_name(response.error_code))
-                session.reset()
-                for tp in warm:
-                    self._unknown(leader, tp, result, read_afresh=False)
+                self._in_doubt(leader, at, result, reported)
                 return True
-            self._answered(leader, session, warm, send, forget, full, response, state, result)
+            self._answered(leader, at, send, forget, full, response, state, result, reported)
             return True
         return True  # not reached: the second attempt returns
 
-    def _to_send(
-        self, session: _Session, warm: list[TopicPartition], full: bool
-    ) -> dict[TopicPartition, int]:
-        known = self._known
-        held = session.fetch_offsets
-        send: dict[TopicPartition, int] = {}
-        for tp in warm:
-            offset = known[tp][1].high_watermark
-            if full or held.get(tp) != offset:
-                send[tp] = offset
-        return send
+    def _in_doubt(
+        self, leader: int, at: _Leader, result: ScreenResult, reported: set[TopicPartition]
+    ) -> None:
+        """No answer to go by: every partition to DescribeProducers, a full fetch next."""
+        at.reset()
+        for tp in at.offsets:
+            if tp not in at.unclear:
+                result.add(leader, tp)
+        reported.update(at.offsets)  # nothing "unchanged" this poll
+
+    def _answered(
+        self, leader: int, at: _Leader, send: dict[TopicPartition, int],
+        forget: list[TopicPartition], full: bool, response: Any, state: PollState,
+        result: ScreenResult, reported: set[TopicPartition],
+    ) -> None:
+        held = at.held
+        new = send if full else {tp: o for tp, o in send.items() if tp not in held}
+        broken = False
+        for topic in response.responses:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition_index)
+                if tp not in at.offsets:
+                    continue  # not asked about (or read afresh this poll): ignored
+                reported.add(tp)
+                if part.error_code:
+                    # Kept in the session (the broker reports it again once it can); read
+                    # afresh with ListOffsets next poll.
+                    state.error(leader, "Fetch", error_name(part.error_code))
+                    at.unread(tp)
+                    result.add(leader, tp)
+                    continue
+                hw, lso = part.high_watermark, part.last_stable_offset
+                if not 0 <= lso <= hw:
+                    state.error(leader, "Fetch", IMPOSSIBLE_OFFSETS)
+                    at.unread(tp)
+                    result.add(leader, tp)
+                    broken = True
+                    continue
+                at.read(tp, Offsets(hw, lso))
+        missing = [tp for tp in new if tp not in reported]
+        if missing:
+            # A full answer, or a partition just added, always carries the partition.
+            state.error(leader, "Fetch", MISSING_FROM_ANSWER)
+            for tp in missing:
+                if tp not in at.unclear:
+                    result.add(leader, tp)
+                reported.add(tp)
+            broken = True
+        if broken or response.session_id == 0:
+            # Declined (the broker's cache is full) or in doubt: a full fetch next poll.
+            at.session_id = response.session_id
+            at.reset()
+            return
+        if full:
+            held.clear()
+            at.epoch = 1
+        else:
+            at.epoch = next_epoch(at.epoch)
+            for tp in forget:
+                held.pop(tp, None)
+        at.session_id = response.session_id
+        held.update(send)
+        for tp in send:
+            offsets = at.offsets.get(tp)
+            if offsets is None or offsets.high_watermark == held[tp]:
+                at.to_send.pop(tp, None)
 
     async def _list_offsets(
-        self, leader: int, tps: list[TopicPartition], state: PollState, result: ScreenResult
+        self, leader: int, at: _Leader, tps: list[TopicPartition], state: PollState,
+        result: ScreenResult, reported: set[TopicPartition],
     ) -> None:
         """The two latest offsets of `tps`: READ_UNCOMMITTED gives the HW, READ_COMMITTED
         the LSO (the partitions' first poll, before the session holds them)."""
+        at.cold.difference_update(tps)
+        reported.update(tps)
         partitions: dict[str, list[int]] = {}
         for tp in tps:
             partitions.setdefault(tp.topic, []).append(tp.partition)
@@ -245,7 +317,8 @@ class Screen:
             if isinstance(answer, CollectError):
                 state.error(leader, "ListOffsets", answer.kind)
                 for tp in tps:
-                    self._unknown(leader, tp, result)
+                    at.unread(tp)
+                    result.add(leader, tp)
                 return
             if isinstance(answer, BaseException):
                 raise answer
@@ -266,73 +339,14 @@ class Screen:
             elif not 0 <= b.offset <= a.offset:
                 state.error(leader, "ListOffsets", IMPOSSIBLE_OFFSETS)
             else:
-                offsets = Offsets(a.offset, b.offset)
-                self._known[tp] = (leader, offsets)
-                self._verdict(leader, tp, offsets, False, result)
+                at.read(tp, Offsets(a.offset, b.offset))
                 continue
-            self._unknown(leader, tp, result)
-
-    def _answered(
-        self, leader: int, session: _Session, warm: list[TopicPartition],
-        send: dict[TopicPartition, int], forget: list[TopicPartition], full: bool,
-        response: Any, state: PollState, result: ScreenResult,
-    ) -> None:
-        known = self._known
-        held = session.fetch_offsets
-        new = send if full else {tp: o for tp, o in send.items() if tp not in held}
-        reported: set[TopicPartition] = set()
-        broken = False
-        for topic in response.responses:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.topic, part.partition_index)
-                if tp not in send and tp not in held:
-                    continue  # not asked about: ignored
-                reported.add(tp)
-                if part.error_code:
-                    # Kept in the session (the broker reports it again once it can); read
-                    # afresh with ListOffsets next poll, and forgotten by the session then.
-                    state.error(leader, "Fetch", error_name(part.error_code))
-                    self._unknown(leader, tp, result)
-                    continue
-                hw, lso = part.high_watermark, part.last_stable_offset
-                if not 0 <= lso <= hw:
-                    state.error(leader, "Fetch", IMPOSSIBLE_OFFSETS)
-                    self._unknown(leader, tp, result)
-                    broken = True
-                    continue
-                offsets = Offsets(hw, lso)
-                known[tp] = (leader, offsets)
-                self._verdict(leader, tp, offsets, False, result)
-        missing = [tp for tp in new if tp not in reported]
-        if missing:
-            # A full answer, or a partition just added, always carries the partition.
-            state.error(leader, "Fetch", MISSING_FROM_ANSWER)
-            for tp in missing:
-                self._unknown(leader, tp, result, read_afresh=False)
-            broken = True
-        for tp in warm:
-            if tp not in reported and tp not in new:
-                entry = known.get(tp)
-                if entry is not None:
-                    self._verdict(leader, tp, entry[1], True, result)
-        if broken or response.session_id == 0:
-            # Declined (the broker's cache is full) or in doubt: a full fetch next poll.
-            session.session_id = response.session_id
-            session.reset()
-            return
-        if full:
-            held.clear()
-            session.epoch = 1
-        else:
-            session.epoch = next_epoch(session.epoch)
-            for tp in forget:
-                held.pop(tp, None)
-        session.session_id = response.session_id
-        held.update(send)
+            at.unread(tp)
+            result.add(leader, tp)
 
 
 def _session_request(
-    session: _Session, send: dict[TopicPartition, int], forget: list[TopicPartition]
+    session: _Leader, send: dict[TopicPartition, int], forget: list[TopicPartition]
 ) -> Any:
     """Fetch READ_COMMITTED at each partition's last known HW with no bytes allowed (records
     come back only when committed data passed that HW, and then only the first partition's

@@ -85,8 +85,12 @@ def plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def poll(screen: screening.Screen, asked: dict[str, list[int]]
          ) -> tuple[screening.ScreenResult, list[tuple[str, str]]]:
+    """One poll of `screen`; the partitions to ask sorted (their order is not promised)."""
     state = PollState(now_ms=0)
     result = asyncio.run(screen.screen({1: asked}, state))
+    for per_topic in result.ask.values():
+        for indexes in per_topic.values():
+            indexes.sort()
     return result, [(e.api, e.error) for e in state.request_errors]
 
 
