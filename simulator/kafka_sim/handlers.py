@@ -691,7 +691,7 @@ def _fetch_error_response(v: int, req: Any, error: int) -> Any:
         for ft in req.topics:
             responses.append(TopicR(topic=ft.topic, partitions=[
                 PartR(partition_index=fp.partition, error_code=error, high_watermark=-1,
-                      last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                      last_stable_offset=-1, log_start_offset=-1, aborted_transactions=[],
                       preferred_read_replica=-1, records=b"")
                 for fp in ft.partitions]))
     return FetchResponse(version=v, throttle_time_ms=0, error_code=error,
@@ -722,22 +722,24 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     read: list[tuple[PartitionKey, Any]] = []
     erroneous: list[tuple[PartitionKey, Any]] = []
 
-    def failed(partition: int, error: int) -> Any:
+    def failed(partition: int, error: int, aborted: list[Any] | None) -> Any:
+        """An error answer: KafkaApis' `erroneous` ones (FetchResponse.partitionResponse)
+        carry an empty aborted-transactions list, a failed log read (LogReadResult) null."""
         return PartR(partition_index=partition, error_code=error, high_watermark=-1,
-                     last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                     last_stable_offset=-1, log_start_offset=-1, aborted_transactions=aborted,
                      preferred_read_replica=-1, records=b"")
 
     for key, rp in context.partitions():
         name = rp.topic
         if name is None:
-            erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_ID)))
+            erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_ID, [])))
             continue
         if not state.authorized(ctx.principal, "READ", name):
-            erroneous.append((key, failed(rp.partition, TOPIC_AUTHORIZATION_FAILED)))
+            erroneous.append((key, failed(rp.partition, TOPIC_AUTHORIZATION_FAILED, [])))
             continue
         p = state.partition(name, rp.partition)
         if p is None:
-            erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_OR_PARTITION)))
+            erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_OR_PARTITION, [])))
             continue
         error = state.injected_error(1, ctx.broker_id, topic=name, partition=rp.partition)
         if error is None:
@@ -757,7 +759,7 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
         if error == NONE and not start <= rp.fetch_offset <= leo:
             error = OFFSET_OUT_OF_RANGE
         if error != NONE:
-            read.append((key, failed(rp.partition, error)))
+            read.append((key, failed(rp.partition, error, None)))
             continue
         records = b""
         aborted: list[Any] | None = None
