@@ -318,6 +318,8 @@ def run_script(script: Script) -> None:
                 [("T", 1, 0), ("T", 2, 0)], partition_max_bytes=1 << 20)
         s.fetch("sessionless, max_bytes 1 MiB, partition_max_bytes 0", 0, -1,
                 [("T", 2, 0), ("T", 1, 0)], max_bytes=1 << 20)
+        s.fetch("sessionless, a partition the topic does not have first", 0, -1,
+                [("T", 9, 0), ("T", 0, 0)])
         s.fetch("sessionless, topics interleaved", 0, -1,
                 [("T", 0, 0), ("U", 0, 0), ("T", 1, 0)], max_bytes=1 << 20,
                 partition_max_bytes=1 << 20)
@@ -467,6 +469,9 @@ def test_the_broker_keeps_sessions_as_documented(transcripts: Transcripts) -> No
                            "partition"])
         assert [(b > 0, n) for *_, b, n in zero] == [(True, 1), (False, 0), (False, 0),
                                                      (False, 0)]
+        missing = step["sessionless, a partition the topic does not have first"]
+        assert [(t, p, e) for t, p, e, *_ in _parts(missing)] == [("T", 0, 0), ("T", 9, 3)]
+        assert [t for t, _ in missing["topics"]] == ["T"]  # consecutive now: one entry
         assert step["incremental on session id 2147483647"]["error"] == -1
         if script.version >= 13:
             assert step["incremental at the topic-id version on the name session"][
