@@ -66,7 +66,6 @@ class Side:
     bootstrap: str
     client: RawKafkaClient
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
-    labels: dict[Any, str] = field(default_factory=dict)
     session_labels: dict[int, str] = field(default_factory=dict)
     producer_labels: dict[int, str] = field(default_factory=dict)
 
@@ -94,7 +93,6 @@ class Script:
     topics: dict[str, str]
     """label -> topic name on this side."""
     steps: list[tuple[str, Any]] = field(default_factory=list)
-    raw: dict[str, Any] = field(default_factory=dict)
 
     # -- requests ----------------------------------------------------------------------------
     def _topic(self, label: str, version: int) -> Any:
@@ -139,7 +137,6 @@ class Script:
                 for label, parts in forgotten.items()],
             rack_id="")
         resp = self.side.client.request(req)
-        self.raw[step] = resp
         self.steps.append((step, self._normalize(resp, v)))
         return resp
 
@@ -235,12 +232,6 @@ class Script:
         resp = self.side.client.request(req)
         return all(p.last_stable_offset == p.high_watermark
                    for t in resp.responses for p in t.partitions)
-
-
-def _hw(resp: Any) -> dict[tuple[int, int], tuple[int, int]]:
-    """(topic index in answer, partition) -> (high watermark, LSO)."""
-    return {(i, p.partition_index): (p.high_watermark, p.last_stable_offset)
-            for i, t in enumerate(resp.responses) for p in t.partitions}
 
 
 def run_script(script: Script) -> None:
