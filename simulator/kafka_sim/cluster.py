@@ -324,6 +324,9 @@ class SimCluster:
     def start_broker(self, broker_id: int) -> None:
         """Listen again on the same port."""
         listener = self._listener(broker_id)
+        dropper = getattr(self._state, "drop_fetch_sessions", None)
+        if dropper is not None:
+            self.call(dropper, broker_id)  # a restarted broker has no fetch sessions
         self._run(listener.start())
         self._set_broker_alive(broker_id, True)
 

@@ -6,7 +6,8 @@ captures in tests/data/real-kafka-4.0 (file numbers cited inline; docs/kafka-sem
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from kafka.protocol.admin.cluster import DescribeClusterResponse
@@ -78,6 +79,13 @@ from kafka_sim.errors import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     UNSUPPORTED_ENDPOINT_TYPE,
+)
+from kafka_sim.fetch_sessions import (
+    ContextKind,
+    PartitionKey,
+    RequestedPartition,
+    generate_response,
+    new_context,
 )
 from kafka_sim.groups import CLASSIC_GROUP_TYPE, DEAD_STATE
 from kafka_sim.jvm_order import (
@@ -634,79 +642,172 @@ def handle_produce(state: ClusterState, ctx: RequestContext, req: Any) -> Any | 
 
 
 # -- Fetch (1) ------------------------------------------------------------------------------
-def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
-    v = ctx.api_version
+UNKNOWN_SERVER_ERROR = -1
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _fetch_request_data(
+    state: ClusterState, v: int, req: Any
+) -> tuple[list[tuple[PartitionKey, RequestedPartition]], list[PartitionKey]]:
+    """The request's partitions (FetchRequest.fetchData) and forgotten partitions, keyed as
+    Kafka's TopicIdPartition compares them: by topic id from v13, by name below."""
+    fetch_data: list[tuple[PartitionKey, RequestedPartition]] = []
+    seen: set[PartitionKey] = set()
+    for ft in req.topics:
+        if v >= 13:
+            t = state.topics_by_id.get(ft.topic_id)
+            name: str | None = t.name if t is not None else None
+            topic_id: uuid.UUID = ft.topic_id
+        else:
+            name = ft.topic
+            known = state.topics.get(ft.topic)
+            topic_id = known.topic_id if known is not None else _ZERO_UUID
+        for fp in ft.partitions:
+            key: PartitionKey = (ft.topic_id if v >= 13 else ft.topic, fp.partition)
+            if key in seen:  # a LinkedHashMap: the last one wins, at the first one's place
+                fetch_data = [(k, r) for k, r in fetch_data if k != key]
+            seen.add(key)
+            fetch_data.append((key, RequestedPartition(
+                topic=name, topic_id=topic_id, partition=fp.partition,
+                fetch_offset=fp.fetch_offset, partition_max_bytes=fp.partition_max_bytes,
+                current_leader_epoch=fp.current_leader_epoch if v >= 9 else -1,
+                last_fetched_epoch=fp.last_fetched_epoch if v >= 12 else -1,
+                log_start_offset=fp.log_start_offset if v >= 5 else -1)))
+    forgotten: list[PartitionKey] = []
+    if v >= 7:
+        for ff in req.forgotten_topics_data:
+            for index in ff.partitions:
+                forgotten.append((ff.topic_id if v >= 13 else ff.topic, index))
+    return fetch_data, forgotten
+
+
+def _fetch_error_response(v: int, req: Any, error: int) -> Any:
+    """FetchRequest.getErrorResponse: the top-level error; below v13 also every requested
+    partition with it (high watermark -1)."""
     TopicR = FetchResponse.FetchableTopicResponse
     PartR = TopicR.PartitionData
+    responses = []
+    if v < 13:
+        for ft in req.topics:
+            responses.append(TopicR(topic=ft.topic, partitions=[
+                PartR(partition_index=fp.partition, error_code=error, high_watermark=-1,
+                      last_stable_offset=-1, log_start_offset=-1, aborted_transactions=[],
+                      preferred_read_replica=-1, records=b"")
+                for fp in ft.partitions]))
+    return FetchResponse(version=v, throttle_time_ms=0, error_code=error,
+                         session_id=req.session_id if v >= 7 else 0, responses=responses)
+
+
+def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
+    """Fetch as Kafka's KafkaApis.handleFetchRequest with its FetchManager (KIP-227 sessions,
+    kafka_sim.fetch_sessions; docs/kafka-semantics.md#fetch-sessions): the partitions to read
+    come from the request or from the session; partitions of unknown topics or partitions, or
+    of topics the principal may not read, answer after the readable ones (KafkaApis'
+    `erroneous`); readable ones in order, only the first with data promised a whole batch
+    beyond the byte limits (KIP-74)."""
+    v = ctx.api_version
+    PartR = FetchResponse.FetchableTopicResponse.PartitionData
     Aborted = PartR.AbortedTransaction
     read_committed = v >= 4 and req.isolation_level == 1
+    now = state.now_ms()
+    cache = state.fetch_session_cache(ctx.broker_id)
+    fetch_data, forgotten = _fetch_request_data(state, v, req)
+    context = new_context(
+        cache, v, req.session_id if v >= 7 else 0, req.session_epoch if v >= 7 else -1,
+        fetch_data, forgotten, now)
+    if context.kind is ContextKind.SHARD_OUT_OF_RANGE:
+        return _fetch_error_response(v, req, UNKNOWN_SERVER_ERROR)
     remaining = req.max_bytes if v >= 3 else 2**31 - 1
-    got_data = False
-    responses = []
-    for ft in req.topics:
-        t = state.topics_by_id.get(ft.topic_id) if v >= 13 else state.topics.get(ft.topic)
-        name = t.name if t is not None else ft.topic
-        parts = []
-        for fp in ft.partitions:
+    min_one = v >= 3  # versions 0-2 hold to the byte limits (hardMaxBytesLimit)
+    read: list[tuple[PartitionKey, Any]] = []
+    erroneous: list[tuple[PartitionKey, Any]] = []
+
+    def failed(partition: int, error: int, aborted: list[Any] | None) -> Any:
+        """An error answer: KafkaApis' `erroneous` ones (FetchResponse.partitionResponse)
+        carry an empty aborted-transactions list, a failed log read (LogReadResult) null."""
+        return PartR(partition_index=partition, error_code=error, high_watermark=-1,
+                     last_stable_offset=-1, log_start_offset=-1, aborted_transactions=aborted,
+                     preferred_read_replica=-1, records=b"")
+
+    for key, rp in context.partitions():
+        name = rp.topic
+        if name is None:
+            erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_ID, [])))
+            continue
+        if not state.authorized(ctx.principal, "READ", name):
+            erroneous.append((key, failed(rp.partition, TOPIC_AUTHORIZATION_FAILED, [])))
+            continue
+        p = state.partition(name, rp.partition)
+        if p is None:
+            erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_OR_PARTITION, [])))
+            continue
+        error = state.injected_error(1, ctx.broker_id, topic=name, partition=rp.partition)
+        if error is None:
             error = NONE
-            p: Partition | None = None
-            if t is None:
-                error = UNKNOWN_TOPIC_ID if v >= 13 else UNKNOWN_TOPIC_OR_PARTITION
-            elif not state.authorized(ctx.principal, "READ", name):
-                error = TOPIC_AUTHORIZATION_FAILED
-            else:
-                p = state.partition(name, fp.partition)
-                injected = state.injected_error(1, ctx.broker_id, topic=name,
-                                                partition=fp.partition)
-                if p is None:
-                    error = UNKNOWN_TOPIC_OR_PARTITION
-                elif injected is not None:
-                    error = injected
-                elif not _leads(p, ctx.broker_id):
-                    error = NOT_LEADER_OR_FOLLOWER
-                elif v >= 9 and fp.current_leader_epoch not in (-1, p.leader_epoch):
-                    error = (FENCED_LEADER_EPOCH if fp.current_leader_epoch < p.leader_epoch
-                             else UNKNOWN_LEADER_EPOCH)
-            log = p.log if p is not None else None
-            hw = log.high_watermark if log is not None else 0
-            lso = log.last_stable_offset if log is not None else 0
-            start = log.log_start_offset if log is not None else 0
-            if error == NONE and not start <= fp.fetch_offset <= hw:
-                error = OFFSET_OUT_OF_RANGE
-            if error != NONE:
-                parts.append(PartR(partition_index=fp.partition, error_code=error,
-                                   high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                                   aborted_transactions=None, preferred_read_replica=-1,
-                                   records=b""))
-                continue
-            records = b""
-            aborted: list[Any] | None = None
-            if log is not None:
-                upper = lso if read_committed else hw
-                limit = min(fp.partition_max_bytes, remaining)
-                records, end = log.read(fp.fetch_offset, limit, upper, min_one=not got_data)
-                if records:
-                    got_data = True
-                    remaining -= len(records)
-                if read_committed:
-                    aborted = [
-                        Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
-                        for a in log.aborted_between(fp.fetch_offset, end)
-                    ] if records else []
-            elif read_committed:
-                aborted = []
-            # READ_UNCOMMITTED: aborted_transactions null; READ_COMMITTED: a list (33, 34).
-            parts.append(PartR(partition_index=fp.partition, error_code=NONE, high_watermark=hw,
-                               last_stable_offset=lso, log_start_offset=start,
-                               aborted_transactions=aborted if read_committed else None,
-                               preferred_read_replica=-1, records=records))
-        if v >= 13:
-            responses.append(TopicR(topic_id=ft.topic_id, partitions=parts))
-        else:
-            responses.append(TopicR(topic=name, partitions=parts))
-    # Sessionless: session id 0 (as when the broker's fetch session cache declines a session).
-    return FetchResponse(version=v, throttle_time_ms=0, error_code=NONE, session_id=0,
-                         responses=responses)
+            if not _leads(p, ctx.broker_id):
+                error = NOT_LEADER_OR_FOLLOWER
+            elif v >= 9 and rp.current_leader_epoch not in (-1, p.leader_epoch):
+                error = (FENCED_LEADER_EPOCH if rp.current_leader_epoch < p.leader_epoch
+                         else UNKNOWN_LEADER_EPOCH)
+        log = p.log
+        hw = log.high_watermark if log is not None else 0
+        lso = log.last_stable_offset if log is not None else 0
+        start = log.log_start_offset if log is not None else 0
+        leo = log.log_end_offset if log is not None else 0
+        # UnifiedLog.read: below the log start or beyond the log end offset is out of range;
+        # anything in between (above the LSO or HW too) reads as empty.
+        if error == NONE and not start <= rp.fetch_offset <= leo:
+            error = OFFSET_OUT_OF_RANGE
+        if error != NONE:
+            read.append((key, failed(rp.partition, error, None)))
+            continue
+        records = b""
+        aborted: list[Any] | None = None
+        if log is not None:
+            upper = lso if read_committed else hw
+            limit = max(0, min(rp.partition_max_bytes, remaining))
+            records, end = log.read(rp.fetch_offset, limit, upper, min_one=min_one)
+            if records:
+                min_one = False
+                remaining = max(0, remaining - len(records))
+            if read_committed:
+                aborted = [
+                    Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in log.aborted_between(rp.fetch_offset, end)
+                ] if records else []
+        elif read_committed:
+            aborted = []
+        # READ_UNCOMMITTED: aborted_transactions null; READ_COMMITTED: a list (33, 34).
+        read.append((key, PartR(partition_index=rp.partition, error_code=NONE,
+                                high_watermark=hw, last_stable_offset=lso,
+                                log_start_offset=start,
+                                aborted_transactions=aborted if read_committed else None,
+                                preferred_read_replica=-1, records=records)))
+    error_code, session_id, answers = generate_response(cache, context, read + erroneous, now)
+    topic_of = {key: rp for key, rp in context.partitions()}
+    topic_of.update(fetch_data)
+    return FetchResponse(version=v, throttle_time_ms=0, error_code=error_code,
+                         session_id=session_id,
+                         responses=_fetch_topics(v, answers, topic_of))
+
+
+def _fetch_topics(
+    v: int, answers: list[tuple[PartitionKey, Any]],
+    requested: dict[PartitionKey, RequestedPartition],
+) -> list[Any]:
+    """FetchResponse.toMessage: consecutive partitions of one topic share a topic entry; a topic
+    seen again after another one starts a new entry (the partitions' order is kept)."""
+    TopicR = FetchResponse.FetchableTopicResponse
+    topics: list[Any] = []
+    last: Hashable = None
+    for key, answer in answers:
+        rp = requested[key]
+        if not topics or key[0] != last:
+            topics.append(TopicR(topic_id=rp.topic_id, partitions=[]) if v >= 13
+                          else TopicR(topic=key[0], partitions=[]))
+            last = key[0]
+        topics[-1].partitions.append(answer)
+    return topics
 
 
 # -- ListOffsets (2) ------------------------------------------------------------------------

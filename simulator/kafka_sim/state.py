@@ -22,6 +22,7 @@ from kafka_sim.coordinator import (
     TransactionCoordinator,
     partition_for,
 )
+from kafka_sim.fetch_sessions import FetchSessionCache
 from kafka_sim.groups import GroupCoordinator
 from kafka_sim.jvm_order import java_string_hash, scala_mutable_hash_order
 from kafka_sim.log import PartitionLog
@@ -176,10 +177,24 @@ class ClusterState:
         self._next_timeout_sweep_ms = start + self.config_int(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self._next_producer_expiration_ms = start + PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
+        self.fetch_sessions: dict[int, FetchSessionCache] = {}
 
     def profile_for(self, broker_id: int) -> VersionProfile:
         """The release broker `broker_id` runs (its own during a rolling upgrade)."""
         return self.broker_profiles.get(broker_id, self.profile)
+
+    def fetch_session_cache(self, broker_id: int) -> FetchSessionCache:
+        """The broker's fetch sessions (KIP-227): its own, in memory (a restart drops them),
+        `max.incremental.fetch.session.cache.slots` of them."""
+        cache = self.fetch_sessions.get(broker_id)
+        if cache is None:
+            slots = int(self.config("max.incremental.fetch.session.cache.slots") or 1000)
+            cache = self.fetch_sessions[broker_id] = FetchSessionCache(slots, rng=self._rng)
+        return cache
+
+    def drop_fetch_sessions(self, broker_id: int) -> None:
+        """A broker process that stops loses its fetch sessions."""
+        self.fetch_sessions.pop(broker_id, None)
 
     # -- time ------------------------------------------------------------------------------
     def now_ms(self) -> int:
