@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin.cluster import DescribeClusterResponse
@@ -706,8 +707,7 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     `erroneous`); readable ones in order, only the first with data promised a whole batch
     beyond the byte limits (KIP-74)."""
     v = ctx.api_version
-    PartR = FetchResponse.FetchableTopicResponse.PartitionData
-    Aborted = PartR.AbortedTransaction
+    Aborted = FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction
     read_committed = v >= 4 and req.isolation_level == 1
     now = state.now_ms()
     cache = state.fetch_session_cache(ctx.broker_id)
@@ -725,9 +725,7 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
     def failed(partition: int, error: int, aborted: list[Any] | None) -> Any:
         """An error answer: KafkaApis' `erroneous` ones (FetchResponse.partitionResponse)
         carry an empty aborted-transactions list, a failed log read (LogReadResult) null."""
-        return PartR(partition_index=partition, error_code=error, high_watermark=-1,
-                     last_stable_offset=-1, log_start_offset=-1, aborted_transactions=aborted,
-                     preferred_read_replica=-1, records=b"")
+        return _FetchAnswer(partition, error, -1, -1, -1, aborted, b"")
 
     for key, rp in context.partitions():
         name = rp.topic
@@ -778,17 +776,29 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
         elif read_committed:
             aborted = []
         # READ_UNCOMMITTED: aborted_transactions null; READ_COMMITTED: a list (33, 34).
-        read.append((key, PartR(partition_index=rp.partition, error_code=NONE,
-                                high_watermark=hw, last_stable_offset=lso,
-                                log_start_offset=start,
-                                aborted_transactions=aborted if read_committed else None,
-                                preferred_read_replica=-1, records=records)))
+        read.append((key, _FetchAnswer(rp.partition, NONE, hw, lso, start,
+                                       aborted if read_committed else None, records)))
     error_code, session_id, answers = generate_response(cache, context, read + erroneous, now)
     topic_of = {key: rp for key, rp in context.partitions()}
     topic_of.update(fetch_data)
     return FetchResponse(version=v, throttle_time_ms=0, error_code=error_code,
                          session_id=session_id,
                          responses=_fetch_topics(v, answers, topic_of))
+
+
+@dataclass(slots=True)
+class _FetchAnswer:
+    """One partition's Fetch answer before the session decides whether it is sent (an
+    incremental answer leaves most out: no protocol object is built for those)."""
+
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[Any] | None
+    records: bytes
+    preferred_read_replica: int = -1
 
 
 def _fetch_topics(
@@ -798,6 +808,7 @@ def _fetch_topics(
     """FetchResponse.toMessage: consecutive partitions of one topic share a topic entry; a topic
     seen again after another one starts a new entry (the partitions' order is kept)."""
     TopicR = FetchResponse.FetchableTopicResponse
+    PartR = TopicR.PartitionData
     topics: list[Any] = []
     last: Hashable = None
     for key, answer in answers:
@@ -806,7 +817,12 @@ def _fetch_topics(
             topics.append(TopicR(topic_id=rp.topic_id, partitions=[]) if v >= 13
                           else TopicR(topic=key[0], partitions=[]))
             last = key[0]
-        topics[-1].partitions.append(answer)
+        topics[-1].partitions.append(PartR(
+            partition_index=answer.partition_index, error_code=answer.error_code,
+            high_watermark=answer.high_watermark, last_stable_offset=answer.last_stable_offset,
+            log_start_offset=answer.log_start_offset,
+            aborted_transactions=answer.aborted_transactions,
+            preferred_read_replica=answer.preferred_read_replica, records=answer.records))
     return topics
 
 

@@ -304,8 +304,8 @@ def _java_long_hash(producer_id: int) -> int:
 class PartitionLog:
     """Batches, offsets and producer state of one partition."""
 
-    __slots__ = ("_base_offsets", "aborted_txns", "batches", "log_end_offset", "log_start_offset",
-                 "producers")
+    __slots__ = ("_base_offsets", "_ongoing", "aborted_txns", "batches", "log_end_offset",
+                 "log_start_offset", "producers")
 
     def __init__(self) -> None:
         self.batches: list[StoredBatch] = []
@@ -313,6 +313,9 @@ class PartitionLog:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing: dict[int, int] = {}
+        """Producer id -> first offset of its open transaction (Kafka's `ongoingTxns`): the
+        first unstable offset without visiting every producer state."""
         self.aborted_txns: list[AbortedTxn] | None = None
 
     # -- offsets ---------------------------------------------------------------------------
@@ -321,8 +324,11 @@ class PartitionLog:
         return self.log_end_offset
 
     def first_unstable_offset(self) -> int | None:
-        firsts = [p.current_txn_first_offset for p in self.producers.values()
-                  if p.current_txn_first_offset >= 0]
+        if not self._ongoing:
+            return None
+        producers = self.producers
+        firsts = [first for pid, first in self._ongoing.items()
+                  if (e := producers.get(pid)) is not None and e.current_txn_first_offset == first]
         return min(firsts) if firsts else None
 
     @property
@@ -421,6 +427,7 @@ class PartitionLog:
         entry.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, max_timestamp)
         if transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
+            self._ongoing[pid] = first_offset
 
     def append_seeded_batch(
         self, *, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int,
@@ -472,6 +479,7 @@ class PartitionLog:
                 AbortedTxn(producer_id, entry.current_txn_first_offset, offset))
         entry.maybe_update_producer_epoch(producer_epoch)
         entry.current_txn_first_offset = -1
+        self._ongoing.pop(producer_id, None)
         entry.coordinator_epoch = coordinator_epoch
         entry.last_timestamp = timestamp_ms
         return NONE
