@@ -101,11 +101,14 @@ class _Leader:
     """Of `wanted`, those without offsets: read with ListOffsets."""
     to_send: dict[TopicPartition, int] = field(default_factory=dict)
     """Partitions to add to the session, or whose fetch offset to move, next request."""
+    to_forget: set[TopicPartition] = field(default_factory=set)
+    """Partitions the session holds that are no longer screened here: removed next request."""
 
     def reset(self) -> None:
         self.epoch = 0
         self.held = {}
         self.to_send = {}
+        self.to_forget = set()
 
     def read(self, tp: TopicPartition, offsets: Offsets) -> None:
         self.offsets[tp] = offsets
@@ -164,7 +167,11 @@ class Screen:
                     at.unclear.pop(tp, None)
                     at.to_send.pop(tp, None)
                     at.cold.discard(tp)
-                at.cold.update(wanted - at.wanted)
+                    if tp in at.held:
+                        at.to_forget.add(tp)
+                added = wanted - at.wanted
+                at.cold.update(added)
+                at.to_forget.difference_update(added)
                 at.wanted = wanted
             leaders[leader] = at  # a leader left out: the broker evicts its idle session
         self._leaders = leaders
@@ -202,7 +209,7 @@ class Screen:
                 forget: list[TopicPartition] = []
             else:
                 send = dict(at.to_send)
-                forget = [tp for tp in at.held if tp not in at.offsets]
+                forget = sorted(at.to_forget)
             try:
                 response = await self._client.send(
                     leader, _session_request(at, send, forget), _DECODE_FETCH
@@ -248,11 +255,11 @@ class Screen:
             for part in topic.partitions:
                 tp = TopicPartition(topic.topic, part.partition_index)
                 if tp not in at.offsets:
-                    continue  # not asked about (or read afresh this poll): ignored
+                    continue  # not screened here (any more), or read afresh this poll
                 reported.add(tp)
                 if part.error_code:
-                    # Kept in the session (the broker reports it again once it can); read
-                    # afresh with ListOffsets next poll.
+                    # Kept in the session (after an error the broker reports it again);
+                    # read afresh with ListOffsets next poll.
                     state.error(leader, "Fetch", error_name(part.error_code))
                     at.unread(tp)
                     result.add(leader, tp)
@@ -282,10 +289,12 @@ class Screen:
         if full:
             held.clear()
             at.epoch = 1
+            at.to_forget.clear()  # the new session holds only what was sent
         else:
             at.epoch = next_epoch(at.epoch)
             for tp in forget:
                 held.pop(tp, None)
+            at.to_forget.difference_update(forget)
         at.session_id = response.session_id
         held.update(send)
         for tp in send:
