@@ -221,43 +221,26 @@ def seed_producer_states(
 
 def _draw_below(rng: random.Random, bound: int, count: int) -> array[int]:
     """`[rng.randrange(bound) for _ in range(count)]` as an array, leaving `rng` where those
-    calls leave it, several times faster: for a plain `random.Random` and bound < 2**32, the
-    32-bit words randrange would draw (CPython's `_randbelow_with_getrandbits`: k = bound's bit
-    length, getrandbits(k) = the next word's top k bits, redrawn while >= bound) are taken in
-    one `getrandbits` call and filtered in C; the generator is then advanced by exactly the
-    words used. Checked against randrange by tests/sim/test_idle_producer_states.py."""
+    calls leave it, several times faster: for a plain `random.Random` and bound < 2**32,
+    randrange takes the top k bits (k = bound's bit length) of the generator's next 32-bit
+    word, again while they are >= bound (CPython's `_randbelow_with_getrandbits`). Here the
+    words come in bulk (one `getrandbits(32 * n)`: n words, first word lowest) and are shifted
+    and filtered in C; never more words than still-missing values, so none is drawn that the
+    calls would not have drawn. Checked against randrange: tests/sim/test_idle_producer_states.py.
+    """
     typecode = "I" if bound <= 2**32 else "q"
-    if type(rng) is not random.Random or bound.bit_length() > 32 or count < 32:
+    if (type(rng) is not random.Random or bound.bit_length() > 32
+            or array("I").itemsize != 4):
         return array(typecode, [rng.randrange(bound) for _ in range(count)])
     shift = 32 - bound.bit_length()
-    accept = bound / (1 << bound.bit_length())
-    saved = rng.getstate()
+    keep = bound.__gt__
     out = array(typecode)
-    used = 0
-    while len(out) < count:
-        need = count - len(out)
-        n = int(need / accept + 4 * (need / accept) ** 0.5) + 8
+    while (need := count - len(out)) > 0:
         words = array("I")
-        words.frombytes(rng.getrandbits(32 * n).to_bytes(4 * n, "little"))
+        words.frombytes(rng.getrandbits(32 * need).to_bytes(4 * need, "little"))
         if sys.byteorder != "little":
             words.byteswap()
-        values = [w >> shift for w in words] if shift else list(words)
-        kept = list(filter(bound.__gt__, values))
-        if len(kept) < need:
-            out.extend(kept)
-            used += n
-            continue
-        # The shortest prefix holding `need` accepted words ends with an accepted one.
-        end, extra = n, len(kept) - need
-        while extra or values[end - 1] >= bound:
-            end -= 1
-            if values[end] < bound:
-                extra -= 1
-        out.extend(kept[:need])
-        used += end
-    rng.setstate(saved)
-    if used:
-        rng.getrandbits(32 * used)
+        out.extend(filter(keep, map(shift.__rrshift__, words)))
     return out
 
 
