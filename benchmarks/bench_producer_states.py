@@ -126,10 +126,22 @@ def seed(sim: SimCluster, partitions: int, mean_states: float, rng_seed: int,
     else:
         counts = {}
 
-    def on_loop() -> dict[str, Any]:
-        for (topic, p), n in counts.items():
+    def seed_states(chunk: list[tuple[tuple[str, int], int]]) -> None:
+        for (topic, p), n in chunk:
             seed_idle_producer_states(sim.state, topic, p, n, now_ms=now,
                                       max_age_ms=3_600_000, rng=rng)
+
+    # In calls of ~1M states each: one call per loop turn must end within SimCluster.call's
+    # timeout (200,000 partitions x 1,000 states take minutes); in order, so the same result.
+    chunk: list[tuple[tuple[str, int], int]] = []
+    for item in counts.items():
+        chunk.append(item)
+        if len(chunk) * max(1, mean_states) >= 1_000_000:
+            sim.call(seed_states, chunk)
+            chunk = []
+    sim.call(seed_states, chunk)
+
+    def on_loop() -> dict[str, Any]:
         opened = 0
         for i in range(max(1, round(partitions * OPEN_FRACTION))):
             topic, p = layout[rng.randrange(len(layout))]

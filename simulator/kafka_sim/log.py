@@ -33,7 +33,7 @@ from kafka_sim.errors import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     TRANSACTION_COORDINATOR_FENCED,
 )
-from kafka_sim.jvm_order import java_hash_map_order
+from kafka_sim.jvm_order import java_hash_map_capacity, java_hash_map_order
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -421,8 +421,8 @@ def _java_long_hash(producer_id: int) -> int:
 class PartitionLog:
     """Batches, offsets and producer state of one partition."""
 
-    __slots__ = ("_base_offsets", "_next_serial", "aborted_txns", "batches", "idle_blocks",
-                 "log_end_offset", "log_start_offset", "producers")
+    __slots__ = ("_base_offsets", "_map_capacity", "_next_serial", "aborted_txns", "batches",
+                 "idle_blocks", "log_end_offset", "log_start_offset", "producers")
 
     def __init__(self) -> None:
         self.batches: list[StoredBatch | IdleProducerBlock] = []
@@ -433,6 +433,9 @@ class PartitionLog:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.idle_blocks: list[IdleProducerBlock] | None = None
         self._next_serial = 0
+        # Table size of Kafka's HashMap<Long, ProducerStateEntry>: grows, never shrinks (the
+        # order DescribeProducers lists the states in after expirations depends on it).
+        self._map_capacity = 16
         self.aborted_txns: list[AbortedTxn] | None = None
 
     # -- offsets ---------------------------------------------------------------------------
@@ -482,7 +485,12 @@ class PartitionLog:
     def _new_entry(self, producer_id: int) -> ProducerStateEntry:
         entry = self.producers[producer_id] = ProducerStateEntry(producer_id, self._next_serial)
         self._next_serial += 1
+        self._grown()
         return entry
+
+    def _grown(self) -> None:
+        self._map_capacity = java_hash_map_capacity(self.producer_state_count(),
+                                                    self._map_capacity)
 
     def _drop_idle_block(self, block: IdleProducerBlock) -> None:
         """Its states are all gone; its batches stay in `batches`."""
@@ -499,7 +507,8 @@ class PartitionLog:
             return entries
         # Insertion order is the dict's, except for states moved out of an idle block.
         entries.sort(key=lambda e: e.serial)
-        return java_hash_map_order(entries, lambda e: _java_long_hash(e.producer_id))
+        return java_hash_map_order(entries, lambda e: _java_long_hash(e.producer_id),
+                                   capacity=self._map_capacity)
 
     def producer_rows(self) -> list[tuple[int, int, int, int, int, int]]:
         """DescribeProducers' rows (id, epoch, last sequence, last timestamp, coordinator epoch,
@@ -509,11 +518,7 @@ class PartitionLog:
             return [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
                      e.coordinator_epoch, e.current_txn_first_offset)
                     for e in self.active_producers()]
-        n = self.producer_state_count()
-        capacity = 16
-        while n > capacity * 3 // 4:
-            capacity *= 2
-        mask = capacity - 1
+        mask = self._map_capacity - 1
         keyed: list[tuple[int, tuple[int, int, int, int, int, int]]] = []
         for e in self.producers.values():
             h = _java_long_hash(e.producer_id)
@@ -641,6 +646,7 @@ class PartitionLog:
         if self.idle_blocks is None:
             self.idle_blocks = []
         self.idle_blocks.append(block)
+        self._grown()
         return block.base_offset
 
     def append_marker(

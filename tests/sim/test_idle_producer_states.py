@@ -255,6 +255,30 @@ def test_expiration_at_the_exact_boundary() -> None:
     assert compact_log.idle_blocks is None and not compact_log.has_producer_states
 
 
+# java.util.HashMap<Long, Integer> (JDK 17) after put(1000 + 7 i) for i < 100, then remove of
+# every key but those with i % 5 == 0, iterated: its table stays at 256 bins (it never shrinks).
+JDK_ORDER_AFTER_REMOVALS = [1280, 1035, 1560, 1315, 1070, 1595, 1350, 1105, 1630, 1385, 1140,
+                            1665, 1420, 1175, 1455, 1210, 1490, 1245, 1000, 1525]
+
+
+def test_order_after_expiration_keeps_the_grown_table() -> None:
+    """DescribeProducers after most states expired lists the rest as Kafka's HashMap does: in
+    the bins of the table it grew to, not of a table sized for what remains."""
+    now, pids = 1_000_000, [1000 + 7 * i for i in range(100)]
+    ages = array("I", [0 if i % 5 == 0 else 500 for i in range(100)])
+    explicit_log, compact_log = PartitionLog(), PartitionLog()
+    for pid, age in zip(pids, ages, strict=True):
+        explicit_log.append_seeded_batch(
+            producer_id=pid, producer_epoch=0, base_sequence=0, record_count=1,
+            base_timestamp=now - age, max_timestamp=now - age, transactional=False,
+            leader_epoch=0)
+    compact_log.append_idle_producer_states(runs=[range(p, p + 1) for p in pids], ages=ages,
+                                            now_ms=now, leader_epoch=0)
+    for log in (explicit_log, compact_log):
+        log.expire_producers(now + 100, 300)
+        assert [row[0] for row in log.producer_rows()] == JDK_ORDER_AFTER_REMOVALS
+
+
 def test_block_rejects_a_mismatch() -> None:
     with pytest.raises(ValueError):
         IdleProducerBlock(0, [range(3)], array("I", [1, 2]), 0, 0, False, 0)
