@@ -19,7 +19,7 @@ import bisect
 import itertools
 import struct
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -363,6 +363,33 @@ class IdleProducerBlock:
             if ts > through and (promoted is None or i not in promoted):
                 yield i, pid, ts
 
+    def add_rows(self, mask: int, keys: list[int],
+                 rows: list[tuple[int, int, int, int, int, int]]) -> None:
+        """Append the live states' DescribeProducers rows and their HashMap order keys
+        (`PartitionLog.producer_rows`), in bulk: most of a block's states are live."""
+        pids: Iterable[int] = itertools.chain.from_iterable(self.runs)
+        serials: Iterable[int] = range(self.serial, self.serial + self.count)
+        now = self.now_ms
+        stamps: Iterable[int] = (now - age for age in self.ages)
+        if self.live != self.count:
+            live = [i for i, (pid, ts) in enumerate(zip(
+                itertools.chain.from_iterable(self.runs), stamps, strict=True))
+                if ts > self.expired_through and (self.promoted is None or i not in self.promoted)]
+            pids = [self.pid_at(i) for i in live]
+            serials = [self.serial + i for i in live]
+            stamps = [now - self.ages[i] for i in live]
+        pid_list = list(pids)
+        if all(r.start >= 0 and r.stop <= 1 << 32 for r in self.runs):
+            keys.extend(((p ^ (p >> 16)) & mask) << 64 | s for p, s in zip(
+                pid_list, serials, strict=True))  # Long.hashCode(p) == p below 2**32
+        else:
+            for p, s in zip(pid_list, serials, strict=True):
+                h = _java_long_hash(p)
+                keys.append(((h ^ (h >> 16)) & mask) << 64 | s)
+        n = len(pid_list)
+        rows.extend(zip(pid_list, itertools.repeat(0, n), itertools.repeat(0, n), stamps,
+                        itertools.repeat(-1, n), itertools.repeat(-1, n), strict=True))
+
     def batch_at(self, i: int) -> StoredBatch:
         """The batch state i wrote, as `PartitionLog.append_seeded_batch` stores it."""
         ts = self.timestamp_at(i)
@@ -519,20 +546,16 @@ class PartitionLog:
                      e.coordinator_epoch, e.current_txn_first_offset)
                     for e in self.active_producers()]
         mask = self._map_capacity - 1
-        keyed: list[tuple[int, tuple[int, int, int, int, int, int]]] = []
+        keys: list[int] = []  # bin << 64 | insertion serial
+        rows: list[tuple[int, int, int, int, int, int]] = []
         for e in self.producers.values():
             h = _java_long_hash(e.producer_id)
-            keyed.append((((h ^ (h >> 16)) & mask) << 64 | e.serial, (
-                e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
-                e.coordinator_epoch, e.current_txn_first_offset)))
+            keys.append(((h ^ (h >> 16)) & mask) << 64 | e.serial)
+            rows.append((e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
+                         e.coordinator_epoch, e.current_txn_first_offset))
         for block in self.idle_blocks:
-            serial = block.serial
-            for i, pid, ts in block.live_states():
-                h = _java_long_hash(pid)
-                keyed.append((((h ^ (h >> 16)) & mask) << 64 | (serial + i),
-                              (pid, 0, 0, ts, -1, -1)))
-        keyed.sort(key=lambda kv: kv[0])
-        return [row for _, row in keyed]
+            block.add_rows(mask, keys, rows)
+        return list(map(rows.__getitem__, sorted(range(len(keys)), key=keys.__getitem__)))
 
     # -- appends ---------------------------------------------------------------------------
     def _append(self, batch: StoredBatch | IdleProducerBlock) -> None:
