@@ -750,7 +750,9 @@ class PartitionLog:
     def _stored_batches(self, idx: int, fetch_offset: int) -> Iterator[StoredBatch]:
         """The batches from `self.batches[idx]` on, an idle block's made one by one from the
         one holding `fetch_offset`."""
-        for item in itertools.islice(self.batches, idx, None):
+        batches = self.batches
+        for j in range(idx, len(batches)):
+            item = batches[j]
             if isinstance(item, IdleProducerBlock):
                 for i in range(max(0, fetch_offset - item.base_offset), item.count):
                     yield item.batch_at(i)
