@@ -173,7 +173,9 @@ def state_counts(sim: SimCluster) -> dict[tuple[str, int], int]:
 
 
 def test_compact_seeding_answers_as_the_explicit_one() -> None:
-    t0 = (time.time_ns() // 1_000_000) + 60_000  # ahead of both clusters' start
+    # Both clusters' expiration checks fall 10 minutes apart from ~5 minutes before t0 (their
+    # start, on the wall clock): the steps below land ~5 minutes clear of every check.
+    t0 = (time.time_ns() // 1_000_000) + CHECK_MS // 2
     with ExitStack() as stack:
         ex, seeding = stack.enter_context(seeded(explicit, t0))
         co, compact_seeding = stack.enter_context(seeded(compact, t0))
@@ -205,8 +207,6 @@ def test_compact_seeding_answers_as_the_explicit_one() -> None:
         compare(answers(a, t0), answers(b, t0))
 
         # Expiration: a check every 10 minutes drops the states idle for 20 minutes or more.
-        # (Each check falls ~1 minute after t0 + k * 10 min in both clusters: set_ms lands
-        # well clear of it, so both clusters check at the same instants.)
         seen = []
         for step in range(1, 5):
             now = t0 + step * CHECK_MS
