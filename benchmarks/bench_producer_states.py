@@ -1,7 +1,9 @@
 """Poll cost against producer states per partition (issue 28): the full poll (DescribeProducers
 for every partition, every poll) vs the screened one (crowded partitions screened through a
 fetch session per leader, asked DescribeProducers only where LSO < HW and moved since last
-asked), on the same simulated cluster.
+asked), on the same simulated cluster. The states are seeded compactly
+(`seed_idle_producer_states`: the same answers as one explicit producer per state, in a few
+bytes each), so that 200,000 partitions x 1,000 states fit.
 
 Per mean states per partition (0 = no producer state at all, the baseline): a fresh SimCluster
 of `--partitions` partitions on `--brokers` brokers, seeded with idempotent producer states
@@ -19,8 +21,12 @@ the open transactions' partitions among them) gets one batch from a long-lived i
 producer (which wrote every partition once while seeding: one state more everywhere), so
 that their offsets move between polls; 0 = a cluster standing still.
 
+`--seed-only`: no polls; per level, the SimCluster's start (seconds, RSS) and the seeding's
+(seconds, RSS after, peak RSS): what a cluster of that size costs before polling (one level per
+run for an RSS that no earlier level has grown).
+
 Run: python benchmarks/bench_producer_states.py [--partitions 1000] [--states 0,0.1,10,100,1000]
-     [--written 0.1]
+     [--written 0.1] [--seed-only]
 """
 
 from __future__ import annotations
@@ -47,8 +53,8 @@ import _common as common
 from kafka_sim.cluster import SimCluster
 from kafka_sim.seed import (
     seed_idempotent_producer,
+    seed_idle_producer_states,
     seed_open_transaction,
-    seed_producer_states,
     skewed_state_counts,
     write_idempotent_batch,
 )
@@ -121,10 +127,22 @@ def seed(sim: SimCluster, partitions: int, mean_states: float, rng_seed: int,
     else:
         counts = {}
 
+    def seed_states(chunk: list[tuple[tuple[str, int], int]]) -> None:
+        for (topic, p), n in chunk:
+            seed_idle_producer_states(sim.state, topic, p, n, now_ms=now,
+                                      max_age_ms=3_600_000, rng=rng)
+
+    # In calls of ~1M states each: one call per loop turn must end within SimCluster.call's
+    # timeout (200,000 partitions x 1,000 states take minutes); in order, so the same result.
+    chunk: list[tuple[tuple[str, int], int]] = []
+    for item in counts.items():
+        chunk.append(item)
+        if len(chunk) * max(1, mean_states) >= 1_000_000:
+            sim.call(seed_states, chunk)
+            chunk = []
+    sim.call(seed_states, chunk)
+
     def on_loop() -> dict[str, Any]:
-        for (topic, p), n in counts.items():
-            seed_producer_states(sim.state, topic, p, n, now_ms=now, max_age_ms=3_600_000,
-                                 rng=rng)
         opened = 0
         for i in range(max(1, round(partitions * OPEN_FRACTION))):
             topic, p = layout[rng.randrange(len(layout))]
@@ -197,6 +215,30 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
     return med
 
 
+def seed_only(partitions: int, brokers: int, levels: list[float],
+              info: dict[str, Any]) -> int:
+    """Start and seed a cluster per level, measured; no poll."""
+    for mean in levels:
+        topics = {f"t{i:04d}": min(PER_TOPIC, partitions - i * PER_TOPIC)
+                  for i in range((partitions + PER_TOPIC - 1) // PER_TOPIC)}
+        rss0, t0 = common.rss_mib(), time.perf_counter()
+        with SimCluster(brokers=brokers, topics=topics, broker_config={
+                "transaction.max.timeout.ms": str(TIMEOUT_MS)}) as sim:
+            started_s, rss1 = time.perf_counter() - t0, common.rss_mib()
+            t1 = time.perf_counter()
+            seeded = seed(sim, partitions, mean, rng_seed=1)
+            record = {"bench": "producer_states_seeding", "machine": info, "mean_states": mean,
+                      "states": seeded["states"], "start_s": started_s, "seed_s":
+                      time.perf_counter() - t1, "rss_before_mib": rss0,
+                      "rss_started_mib": rss1, "rss_seeded_mib": common.rss_mib(),
+                      "peak_rss_mib": common.hwm_mib()}
+        common.emit(record)
+        print(f"{mean:>7} states/partition: {record['states']:,} states; start "
+              f"{started_s:.1f} s, RSS {rss1:.0f} MiB; seeding {record['seed_s']:.1f} s, "
+              f"RSS {record['rss_seeded_mib']:.0f} MiB (peak {record['peak_rss_mib']:.0f})")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--partitions", type=int, default=1000)
@@ -204,11 +246,15 @@ def main() -> int:
     parser.add_argument("--states", default="0,0.1,10,100,1000")
     parser.add_argument("--polls", type=int, default=5)
     parser.add_argument("--written", type=float, default=0.0)
+    parser.add_argument("--seed-only", action="store_true")
     args = parser.parse_args()
     info = {**common.machine_info(), "load_average": common.load_average(),
             "partitions": args.partitions, "brokers": args.brokers, "polls": args.polls,
             "written": args.written}
     print(json.dumps(info))
+    if args.seed_only:
+        return seed_only(args.partitions, args.brokers,
+                         [float(s) for s in args.states.split(",")], info)
     traffic = Traffic()
     results: dict[float, dict[str, dict[str, Any]]] = {}
     with counting(traffic):

@@ -10,20 +10,24 @@ from test_benchmarks_smoke import _assert_machine, _run
 pytestmark = pytest.mark.slow
 
 
-def test_bench_producer_states_tiny_reports_both_strategies() -> None:
+@pytest.mark.parametrize("written", ["0", "0.5"])
+def test_bench_producer_states_tiny_reports_both_strategies(written: str) -> None:
     _, results = _run("bench_producer_states.py", "--partitions", "200", "--brokers", "2",
-                      "--states", "0,10", "--polls", "1")
+                      "--states", "0,10", "--polls", "1", "--written", written)
     assert [r["mean_states"] for r in results] == [0.0, 10.0]
     for r in results:
         _assert_machine(r["machine"])
         full, screened = r["full"], r["screened"]
         assert screened["open"] == full["open"] == r["open_transactions"] >= 1
         assert full["unobserved"] == screened["unobserved"] == 0
-        for side in (full, screened, r["amortized"]):
+        for side in (full, screened):
             assert side["bytes"] > 0 and side["exporter_cpu_s"] > 0 and side["wall_s"] > 0
     no_state, crowded = results
     assert no_state["screened"]["bytes"] == no_state["full"]["bytes"]  # nothing crowded
     assert crowded["states"] == 2000
     assert crowded["screened"]["describe_producers_bytes"] < crowded["full"][
         "describe_producers_bytes"]
-    assert crowded["screened"]["list_offsets_bytes"] > crowded["full"]["list_offsets_bytes"]
+    assert crowded["screened"]["requests_by_api"]["FetchRequest"] == 2  # one per leader
+    assert "FetchRequest" not in crowded["full"]["requests_by_api"]
+    moved = crowded["screened"]["fetch_bytes"] - no_state["screened"]["fetch_bytes"]
+    assert (moved > 1000) == (written != "0"), moved  # written partitions are reported

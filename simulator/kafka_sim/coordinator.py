@@ -181,6 +181,25 @@ class ProducerIdManager:
         block[0] += 1
         return pid
 
+    def generate_many(self, broker_id: int, count: int) -> list[range]:
+        """The ids `count` calls of `generate(broker_id)` return, as runs of consecutive ids
+        (a new run where a block runs out), without a call per id (seed.py, issue 28)."""
+        runs: list[range] = []
+        while count > 0:
+            block = self._blocks.get(broker_id)
+            if block is None or block[0] >= block[1]:
+                self.generate(broker_id)  # takes the next block, as the next call would
+                block = self._blocks[broker_id]
+                block[0] -= 1
+            take = min(count, block[1] - block[0])
+            if runs and runs[-1].stop == block[0]:
+                runs[-1] = range(runs[-1].start, block[0] + take)
+            else:
+                runs.append(range(block[0], block[0] + take))
+            block[0] += take
+            count -= take
+        return runs
+
 
 class TransactionCoordinator:
     """All brokers' coordinator state; each request names the broker it reached."""

@@ -958,12 +958,11 @@ def _producer_columns(
 
 
 def _producer_rows(log: PartitionLog) -> list[ProducerRow]:
-    if len(log.producers) == 1:  # most partitions: no order to work out
+    if len(log.producers) == 1 and log.idle_blocks is None:  # most: no order to work out
         (e,) = log.producers.values()
         return [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
                  e.coordinator_epoch, e.current_txn_first_offset)]
-    return [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
-             e.coordinator_epoch, e.current_txn_first_offset) for e in log.active_producers()]
+    return log.producer_rows()
 
 
 def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
@@ -991,7 +990,7 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
                 log = logs[idx]
                 if broker_id not in replicas_of[idx]:
                     append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
-                elif log is None or not log.producers:
+                elif log is None or not log.has_producer_states:
                     append(idx)  # error 0, no message, no producers
                 else:
                     append((idx, NONE, None, _producer_rows(log)))

@@ -79,29 +79,41 @@ def scala_mutable_hash_order_of(hashes: Sequence[int], items: Sequence[T]) -> li
 
 
 def java_hash_map_order(items: Sequence[T], hash_of: Callable[[T], int],
-                        concurrent: bool = False) -> list[T]:
+                        concurrent: bool = False, capacity: int | None = None) -> list[T]:
     """java.util.HashMap / ConcurrentHashMap: bin = spread(h) & (n - 1), insertion order in a bin.
 
-    HashMap resizes once size exceeds 0.75 n; ConcurrentHashMap once it reaches it.
+    HashMap resizes once size exceeds 0.75 n; ConcurrentHashMap once it reaches it. Neither
+    shrinks when entries are removed: `capacity`, when given, is the table size the map grew
+    to (`java_hash_map_capacity` of the most entries it ever held).
     """
     n = len(items)
-    capacity = 16
-    if concurrent:
-        while n >= capacity * 3 // 4:
-            capacity *= 2
+    if capacity is not None:
+        mask = capacity - 1
+    elif concurrent:
+        size = 16
+        while n >= size * 3 // 4:
+            size *= 2
+        mask = size - 1
     else:
-        while n > capacity * 3 // 4:
-            capacity *= 2
+        mask = java_hash_map_capacity(n) - 1
 
     def bin_of(item: T) -> int:
         h = hash_of(item) & _M
         spread = h ^ (h >> 16)
         if concurrent:
             spread &= 0x7FFFFFFF
-        return spread & (capacity - 1)
+        return spread & mask
 
     indexed = sorted(enumerate(items), key=lambda ix: (bin_of(ix[1]), ix[0]))
     return [item for _, item in indexed]
+
+
+def java_hash_map_capacity(most_entries: int, capacity: int = 16) -> int:
+    """The table size of a java.util.HashMap that has held `most_entries` at once (at least
+    `capacity`, what it had before): it doubles once the size exceeds 0.75 of it."""
+    while most_entries > capacity * 3 // 4:
+        capacity *= 2
+    return capacity
 
 
 def _scala_improve(hcode: int) -> int:

@@ -9,13 +9,17 @@ transactions, else the high watermark.
 
 The simulator keeps every replica identical, so the high watermark is the log end offset.
 A log object is only created for a partition on its first write; seeded batches keep no bytes
-until a Fetch asks for them (see `StoredBatch.raw_bytes`).
+until a Fetch asks for them (see `StoredBatch.raw_bytes`). Idle idempotent producer states seeded
+in bulk live in an `IdleProducerBlock` (two arrays, no object per state or batch: issue 28).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import struct
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +33,7 @@ from kafka_sim.errors import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     TRANSACTION_COORDINATOR_FENCED,
 )
-from kafka_sim.jvm_order import java_hash_map_order
+from kafka_sim.jvm_order import java_hash_map_capacity, java_hash_map_order
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -158,10 +162,13 @@ class ProducerStateEntry:
         "last_timestamp",
         "producer_epoch",
         "producer_id",
+        "serial",
     )
 
-    def __init__(self, producer_id: int) -> None:
+    def __init__(self, producer_id: int, serial: int = 0) -> None:
         self.producer_id = producer_id
+        # Rank of its insertion into the log's producer map (the HashMap's order within a bin).
+        self.serial = serial
         self.producer_epoch = NO_PRODUCER_EPOCH
         self.coordinator_epoch = -1
         self.current_txn_first_offset = -1
@@ -273,6 +280,143 @@ class StoredBatch:
         return bytes(raw)
 
 
+NO_TIMESTAMP = -(2**63)
+
+
+class IdleProducerBlock:
+    """`count` idle idempotent producer states seeded at once (`seed.seed_idle_producer_states`)
+    with the one single-record batch each wrote, at consecutive offsets: state i is producer id
+    `pid_at(i)` (epoch 0, last sequence 0, coordinator epoch -1, no transaction) last written at
+    `now_ms - ages[i]`, its batch at `base_offset + i`, as `PartitionLog.append_seeded_batch`
+    would have left them. Ids as runs, timestamps as one array: a few bytes per state instead of
+    a ProducerStateEntry and a StoredBatch (~512 bytes), so that millions fit (issue 28).
+
+    In `PartitionLog.batches` it stands for its batches (made on demand by `batch_at`, bytes as a
+    seeded StoredBatch's); its states stay in the producer map until expired (`expire`) or
+    written to again (then moved to `PartitionLog.producers`: `PartitionLog.producer_entry`).
+    """
+
+    __slots__ = ("_starts", "ages", "base_offset", "expired_through", "last_offset",
+                 "leader_epoch", "live", "log_append_time", "min_live_timestamp", "now_ms",
+                 "promoted", "runs", "serial")
+
+    is_control = False
+    is_transactional = False
+
+    def __init__(self, base_offset: int, runs: Sequence[range], ages: array[int], now_ms: int,
+                 leader_epoch: int, log_append_time: bool, serial: int) -> None:
+        count = len(ages)
+        if sum(len(r) for r in runs) != count or count == 0:
+            raise ValueError("one producer id per timestamp, at least one")
+        self.base_offset = base_offset
+        self.last_offset = base_offset + count - 1
+        self.runs = list(runs)
+        starts = [0]
+        for r in self.runs[:-1]:
+            starts.append(starts[-1] + len(r))
+        self._starts = starts
+        self.ages = ages
+        self.now_ms = now_ms
+        self.leader_epoch = leader_epoch
+        self.log_append_time = log_append_time
+        self.serial = serial  # serials serial .. serial + count - 1, in state order
+        self.expired_through = NO_TIMESTAMP  # states last written at or before it are gone
+        self.promoted: set[int] | None = None  # states moved to PartitionLog.producers
+        self.live = count
+        self.min_live_timestamp = now_ms - max(ages)
+
+    @property
+    def count(self) -> int:
+        return len(self.ages)
+
+    @property
+    def attributes(self) -> int:
+        return ATTR_LOG_APPEND_TIME if self.log_append_time else 0
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.now_ms - min(self.ages)
+
+    def pid_at(self, i: int) -> int:
+        k = bisect.bisect_right(self._starts, i) - 1
+        return self.runs[k][i - self._starts[k]]
+
+    def index_of(self, pid: int) -> int | None:
+        for start, r in zip(self._starts, self.runs, strict=True):
+            if pid in r:
+                return start + pid - r.start
+        return None
+
+    def timestamp_at(self, i: int) -> int:
+        return self.now_ms - self.ages[i]
+
+    def is_live(self, i: int) -> bool:
+        return (self.timestamp_at(i) > self.expired_through
+                and (self.promoted is None or i not in self.promoted))
+
+    def live_states(self) -> Iterator[tuple[int, int, int]]:
+        """(index, producer id, last timestamp) of the states still in the producer map."""
+        now, through, promoted = self.now_ms, self.expired_through, self.promoted
+        pids = itertools.chain.from_iterable(self.runs)
+        for i, (pid, age) in enumerate(zip(pids, self.ages, strict=True)):
+            ts = now - age
+            if ts > through and (promoted is None or i not in promoted):
+                yield i, pid, ts
+
+    def add_rows(self, mask: int, keys: list[int],
+                 rows: list[tuple[int, int, int, int, int, int]]) -> None:
+        """Append the live states' DescribeProducers rows and their HashMap order keys
+        (`PartitionLog.producer_rows`), in bulk: most of a block's states are live."""
+        pids: Iterable[int] = itertools.chain.from_iterable(self.runs)
+        serials: Iterable[int] = range(self.serial, self.serial + self.count)
+        now = self.now_ms
+        stamps: Iterable[int] = (now - age for age in self.ages)
+        if self.live != self.count:
+            live = [i for i, (pid, ts) in enumerate(zip(
+                itertools.chain.from_iterable(self.runs), stamps, strict=True))
+                if ts > self.expired_through and (self.promoted is None or i not in self.promoted)]
+            pids = [self.pid_at(i) for i in live]
+            serials = [self.serial + i for i in live]
+            stamps = [now - self.ages[i] for i in live]
+        pid_list = list(pids)
+        if all(r.start >= 0 and r.stop <= 1 << 32 for r in self.runs):
+            keys.extend(((p ^ (p >> 16)) & mask) << 64 | s for p, s in zip(
+                pid_list, serials, strict=True))  # Long.hashCode(p) == p below 2**32
+        else:
+            for p, s in zip(pid_list, serials, strict=True):
+                h = _java_long_hash(p)
+                keys.append(((h ^ (h >> 16)) & mask) << 64 | s)
+        n = len(pid_list)
+        rows.extend(zip(pid_list, itertools.repeat(0, n), itertools.repeat(0, n), stamps,
+                        itertools.repeat(-1, n), itertools.repeat(-1, n), strict=True))
+
+    def batch_at(self, i: int) -> StoredBatch:
+        """The batch state i wrote, as `PartitionLog.append_seeded_batch` stores it."""
+        ts = self.timestamp_at(i)
+        return StoredBatch(self.base_offset + i, self.base_offset + i, self.attributes, ts, ts,
+                           self.pid_at(i), 0, 0, self.leader_epoch, None)
+
+    def promote(self, i: int) -> ProducerStateEntry:
+        """State i as the ProducerStateEntry the explicit seeding made, out of the block."""
+        entry = ProducerStateEntry(self.pid_at(i), self.serial + i)
+        entry.add_batch(0, 0, self.base_offset + i, 0, self.timestamp_at(i))
+        if self.promoted is None:
+            self.promoted = set()
+        self.promoted.add(i)
+        self.live -= 1
+        return entry
+
+    def expire(self, cutoff_ms: int) -> int:
+        """Drop the states last written at or before `cutoff_ms`; returns how many remain."""
+        if cutoff_ms < self.min_live_timestamp or not self.live:
+            return self.live
+        self.expired_through = max(self.expired_through, cutoff_ms)
+        live = [ts for _, _, ts in self.live_states()]
+        self.live = len(live)
+        self.min_live_timestamp = min(live) if live else NO_TIMESTAMP
+        return self.live
+
+
 def _set_log_append_time(raw: bytearray, now_ms: int) -> None:
     """LogValidator for v2 with LogAppendTime: flag the batch, set max timestamp, re-CRC."""
     attrs: int = struct.unpack_from(">h", raw, ATTRIBUTES_OFFSET)[0]
@@ -304,18 +448,24 @@ def _java_long_hash(producer_id: int) -> int:
 class PartitionLog:
     """Batches, offsets and producer state of one partition."""
 
-    __slots__ = ("_base_offsets", "_ongoing", "aborted_txns", "batches", "log_end_offset",
-                 "log_start_offset", "producers")
+    __slots__ = ("_base_offsets", "_map_capacity", "_next_serial", "_ongoing", "aborted_txns",
+                 "batches", "idle_blocks", "log_end_offset", "log_start_offset", "producers")
 
     def __init__(self) -> None:
-        self.batches: list[StoredBatch] = []
+        self.batches: list[StoredBatch | IdleProducerBlock] = []
         self._base_offsets: list[int] = []
         self.log_start_offset = 0
         self.log_end_offset = 0
+        # The producer map is `producers` plus the live states of `idle_blocks` (None: none).
         self.producers: dict[int, ProducerStateEntry] = {}
         self._ongoing: dict[int, int] = {}
         """Producer id -> first offset of its open transaction (Kafka's `ongoingTxns`): the
         first unstable offset without visiting every producer state."""
+        self.idle_blocks: list[IdleProducerBlock] | None = None
+        self._next_serial = 0
+        # Table size of Kafka's HashMap<Long, ProducerStateEntry>: grows, never shrinks (the
+        # order DescribeProducers lists the states in after expirations depends on it).
+        self._map_capacity = 16
         self.aborted_txns: list[AbortedTxn] | None = None
 
     # -- offsets ---------------------------------------------------------------------------
@@ -337,19 +487,84 @@ class PartitionLog:
         return self.high_watermark if first is None else first
 
     def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        # Idle block states have no transaction: only `producers` can answer yes.
         entry = self.producers.get(producer_id)
         return (entry is not None and entry.current_txn_first_offset >= 0
                 and entry.producer_epoch == producer_epoch)
 
+    # -- the producer map ------------------------------------------------------------------
+    @property
+    def has_producer_states(self) -> bool:
+        return bool(self.producers) or self.idle_blocks is not None
+
+    def producer_state_count(self) -> int:
+        return len(self.producers) + sum(b.live for b in self.idle_blocks or ())
+
+    def producer_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        """The producer's entry, for a write by it: a state of an idle block moves to
+        `producers` first (same place in the map's order), so writes see one kind of entry."""
+        entry = self.producers.get(producer_id)
+        if entry is not None or self.idle_blocks is None:
+            return entry
+        for block in self.idle_blocks:
+            i = block.index_of(producer_id)
+            if i is not None and block.is_live(i):
+                entry = self.producers[producer_id] = block.promote(i)
+                if not block.live:
+                    self._drop_idle_block(block)
+                return entry
+        return None
+
+    def _new_entry(self, producer_id: int) -> ProducerStateEntry:
+        entry = self.producers[producer_id] = ProducerStateEntry(producer_id, self._next_serial)
+        self._next_serial += 1
+        self._grown()
+        return entry
+
+    def _grown(self) -> None:
+        self._map_capacity = java_hash_map_capacity(self.producer_state_count(),
+                                                    self._map_capacity)
+
+    def _drop_idle_block(self, block: IdleProducerBlock) -> None:
+        """Its states are all gone; its batches stay in `batches`."""
+        if self.idle_blocks is not None:
+            self.idle_blocks.remove(block)
+            if not self.idle_blocks:
+                self.idle_blocks = None
+
     def active_producers(self) -> list[ProducerStateEntry]:
-        """Entries in the order Kafka's HashMap<Long, ProducerStateEntry> iterates them."""
+        """`producers` in the order Kafka's HashMap<Long, ProducerStateEntry> iterates them
+        (within a bin, insertion order; see `producer_rows` for the whole map)."""
         entries = list(self.producers.values())
         if len(entries) <= 1:
             return entries
-        return java_hash_map_order(entries, lambda e: _java_long_hash(e.producer_id))
+        # Insertion order is the dict's, except for states moved out of an idle block.
+        entries.sort(key=lambda e: e.serial)
+        return java_hash_map_order(entries, lambda e: _java_long_hash(e.producer_id),
+                                   capacity=self._map_capacity)
+
+    def producer_rows(self) -> list[tuple[int, int, int, int, int, int]]:
+        """DescribeProducers' rows (id, epoch, last sequence, last timestamp, coordinator epoch,
+        txn start offset) for the whole map, explicit entries and idle blocks' states, in the
+        HashMap's order: bin = spread(Long.hashCode(id)) & (capacity - 1), then insertion."""
+        if self.idle_blocks is None:
+            return [(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
+                     e.coordinator_epoch, e.current_txn_first_offset)
+                    for e in self.active_producers()]
+        mask = self._map_capacity - 1
+        keys: list[int] = []  # bin << 64 | insertion serial
+        rows: list[tuple[int, int, int, int, int, int]] = []
+        for e in self.producers.values():
+            h = _java_long_hash(e.producer_id)
+            keys.append(((h ^ (h >> 16)) & mask) << 64 | e.serial)
+            rows.append((e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
+                         e.coordinator_epoch, e.current_txn_first_offset))
+        for block in self.idle_blocks:
+            block.add_rows(mask, keys, rows)
+        return list(map(rows.__getitem__, sorted(range(len(keys)), key=keys.__getitem__)))
 
     # -- appends ---------------------------------------------------------------------------
-    def _append(self, batch: StoredBatch) -> None:
+    def _append(self, batch: StoredBatch | IdleProducerBlock) -> None:
         self.batches.append(batch)
         self._base_offsets.append(batch.base_offset)
         self.log_end_offset = batch.last_offset + 1
@@ -362,7 +577,7 @@ class PartitionLog:
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
             return None
-        entry = self.producers.get(pid)
+        entry = self.producer_entry(pid)
         if entry is not None:
             dup = entry.find_duplicate(header)
             if dup is not None:
@@ -421,9 +636,9 @@ class PartitionLog:
         self, pid: int, epoch: int, last_seq: int, first_offset: int, last_offset: int,
         max_timestamp: int, transactional: bool,
     ) -> None:
-        entry = self.producers.get(pid)
+        entry = self.producer_entry(pid)
         if entry is None:
-            entry = self.producers[pid] = ProducerStateEntry(pid)
+            entry = self._new_entry(pid)
         entry.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, max_timestamp)
         if transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
@@ -447,12 +662,29 @@ class PartitionLog:
                                   max_timestamp, transactional)
         return base
 
+    def append_idle_producer_states(
+        self, *, runs: Sequence[range], ages: array[int], now_ms: int, leader_epoch: int,
+        log_append_time: bool = False,
+    ) -> int:
+        """What `append_seeded_batch` does for each of `len(ages)` new idempotent producers
+        (ids `runs` in order, none of them in the map yet; one single-record batch each, last
+        timestamp now_ms - age), as one IdleProducerBlock. Returns its first offset."""
+        block = IdleProducerBlock(self.log_end_offset, runs, ages, now_ms, leader_epoch,
+                                  log_append_time, self._next_serial)
+        self._next_serial += block.count
+        self._append(block)
+        if self.idle_blocks is None:
+            self.idle_blocks = []
+        self.idle_blocks.append(block)
+        self._grown()
+        return block.base_offset
+
     def append_marker(
         self, *, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
         timestamp_ms: int, leader_epoch: int, transaction_version: int,
     ) -> int:
         """ProducerAppendInfo.appendEndTxnMarker; returns an error code."""
-        entry = self.producers.get(producer_id)
+        entry = self.producer_entry(producer_id)
         current_epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
         # TV2 markers carry a bumped epoch, so an equal epoch is stale (checkProducerEpoch).
         stale = (producer_epoch <= current_epoch if transaction_version >= 2
@@ -471,7 +703,7 @@ class PartitionLog:
                                  timestamp_ms, producer_id, producer_epoch, NO_SEQUENCE,
                                  leader_epoch, raw))
         if entry is None:
-            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+            entry = self._new_entry(producer_id)
         if entry.current_txn_first_offset >= 0 and not commit:
             if self.aborted_txns is None:
                 self.aborted_txns = []
@@ -491,6 +723,11 @@ class PartitionLog:
                    and now_ms - e.last_timestamp >= producer_id_expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        if self.idle_blocks is not None:
+            cutoff = now_ms - producer_id_expiration_ms
+            for block in list(self.idle_blocks):
+                if not block.expire(cutoff):
+                    self._drop_idle_block(block)
 
     # -- reads -----------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, upper_offset: int,
@@ -507,7 +744,7 @@ class PartitionLog:
         chunks: list[bytes] = []
         size = 0
         end = fetch_offset
-        for batch in self.batches[idx:]:
+        for batch in self._stored_batches(idx, fetch_offset):
             if batch.base_offset >= upper_offset:
                 break
             raw = batch.raw_bytes()
@@ -517,6 +754,18 @@ class PartitionLog:
             size += len(raw)
             end = batch.last_offset + 1
         return b"".join(chunks), end
+
+    def _stored_batches(self, idx: int, fetch_offset: int) -> Iterator[StoredBatch]:
+        """The batches from `self.batches[idx]` on, an idle block's made one by one from the
+        one holding `fetch_offset`."""
+        batches = self.batches
+        for j in range(idx, len(batches)):
+            item = batches[j]
+            if isinstance(item, IdleProducerBlock):
+                for i in range(max(0, fetch_offset - item.base_offset), item.count):
+                    yield item.batch_at(i)
+            else:
+                yield item
 
     def aborted_between(self, fetch_offset: int, end_offset: int) -> list[AbortedTxn]:
         if not self.aborted_txns:
@@ -529,6 +778,12 @@ class PartitionLog:
         from kafka.record.default_records import DefaultRecordBatch
 
         for batch in self.batches:
+            if isinstance(batch, IdleProducerBlock):
+                # One record per batch, its timestamp the batch's max timestamp.
+                for i, age in enumerate(batch.ages):
+                    if batch.now_ms - age >= timestamp_ms:
+                        return batch.base_offset + i, batch.now_ms - age
+                continue
             if batch.is_control or batch.max_timestamp < timestamp_ms:
                 continue
             record_batch: Any = DefaultRecordBatch(batch.raw_bytes())
@@ -545,6 +800,12 @@ class PartitionLog:
 
         best: tuple[int, int] | None = None
         for batch in self.batches:
+            if isinstance(batch, IdleProducerBlock):
+                youngest = min(batch.ages)  # first record holding the block's largest timestamp
+                if best is None or batch.now_ms - youngest > best[1]:
+                    best = (batch.base_offset + batch.ages.index(youngest),
+                            batch.now_ms - youngest)
+                continue
             if batch.is_control or (best is not None and batch.max_timestamp <= best[1]):
                 continue
             if batch.attributes & ATTR_LOG_APPEND_TIME:

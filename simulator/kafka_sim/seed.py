@@ -12,11 +12,15 @@ timestamps, so that ages of hours are reachable without waiting:
 - hanging transactions: data written without AddPartitionsToTxn (verification off), the
   coordinator's entry Empty with start -1 (captures 27-30), invisible to the sweep.
 Seeded batches carry no bytes until a Fetch reads them (log.StoredBatch).
+`seed_idle_producer_states` seeds many idle idempotent producer states per partition compactly
+(log.IdleProducerBlock): the same answers as `seed_producer_states`, millions in little memory.
 """
 
 from __future__ import annotations
 
 import random
+import sys
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -54,7 +58,7 @@ def _partition(state: ClusterState, topic: str, partition: int) -> Partition:
 def _write(state: ClusterState, p: Partition, *, producer_id: int, producer_epoch: int,
            transactional: bool, records: int, timestamp_ms: int) -> int:
     log = state.log_of(p)
-    entry = log.producers.get(producer_id)
+    entry = log.producer_entry(producer_id)
     base_sequence = entry.last_sequence + 1 if entry is not None else 0
     return log.append_seeded_batch(
         producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
@@ -206,13 +210,61 @@ def seed_producer_states(
     """`count` producer states on one partition, as `count` short-lived idempotent producers
     (a batch job, a restart: each InitProducerId gives a new id) leave them: one batch each,
     last written up to `max_age_ms` ago (kept for `producer.id.expiration.ms` after that, then
-    expired by the broker's periodic check, `ClusterState.tick`). Returns the ids (issue 28)."""
+    expired by the broker's periodic check, `ClusterState.tick`). Returns the ids (issue 28).
+    `seed_idle_producer_states` leaves the same cluster in a few bytes per state."""
     pick = rng or random.Random(0)
     return [
         seed_idempotent_producer(state, topic, partition,
                                  timestamp_ms=now_ms - pick.randrange(max(1, max_age_ms)))
         for _ in range(count)
     ]
+
+
+def _draw_below(rng: random.Random, bound: int, count: int) -> array[int]:
+    """`[rng.randrange(bound) for _ in range(count)]` as an array, leaving `rng` where those
+    calls leave it, several times faster: for a plain `random.Random` and bound < 2**32,
+    randrange takes the top k bits (k = bound's bit length) of the generator's next 32-bit
+    word, again while they are >= bound (CPython's `_randbelow_with_getrandbits`). Here the
+    words come in bulk (one `getrandbits(32 * n)`: n words, first word lowest) and are shifted
+    and filtered in C; never more words than still-missing values, so none is drawn that the
+    calls would not have drawn. Checked against randrange: tests/sim/test_idle_producer_states.py.
+    """
+    typecode = "I" if bound <= 2**32 else "q"
+    if (type(rng) is not random.Random or bound.bit_length() > 32
+            or array("I").itemsize != 4):
+        return array(typecode, [rng.randrange(bound) for _ in range(count)])
+    shift = 32 - bound.bit_length()
+    keep = bound.__gt__
+    out = array(typecode)
+    while (need := count - len(out)) > 0:
+        words = array("I")
+        words.frombytes(rng.getrandbits(32 * need).to_bytes(4 * need, "little"))
+        if sys.byteorder != "little":
+            words.byteswap()
+        out.extend(filter(keep, map(shift.__rrshift__, words)))
+    return out
+
+
+def seed_idle_producer_states(
+    state: ClusterState, topic: str, partition: int, count: int, *, now_ms: int,
+    max_age_ms: int = 3600000, rng: random.Random | None = None,
+) -> list[range]:
+    """`seed_producer_states` held compactly (log.IdleProducerBlock, a few bytes per state
+    instead of ~512): the same ids from the leader's InitProducerId allocator, the same
+    timestamps from `rng` (left in the same state), the same offsets, and the same answers to
+    DescribeProducers, ListOffsets, Fetch and producer expiration. A later write by one of these
+    ids (`write_idempotent_batch`, a Produce or marker naming it) moves its state out of the
+    block first, so it continues as the explicit seeding's would. Returns the ids as runs."""
+    if count <= 0:
+        return []
+    p = _partition(state, topic, partition)
+    leader = p.leader_id if p.leader_id != -1 else state.node_ids[0]
+    runs = state.coordinator.producer_ids.generate_many(leader, count)
+    ages = _draw_below(rng or random.Random(0), max(1, max_age_ms), count)
+    state.log_of(p).append_idle_producer_states(
+        runs=runs, ages=ages, now_ms=now_ms, leader_epoch=p.leader_epoch,
+        log_append_time=state.log_append_time(p.topic))
+    return runs
 
 
 def skewed_state_counts(

@@ -213,7 +213,7 @@ class ClusterState:
         if now >= self._next_producer_expiration_ms:
             expiration_ms = self.config_int("producer.id.expiration.ms")
             for partition in self.logs:
-                if partition.log is not None and partition.log.producers:
+                if partition.log is not None and partition.log.has_producer_states:
                     partition.log.expire_producers(now, expiration_ms)
             missed = (now - self._next_producer_expiration_ms) // (
                 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS) + 1

@@ -176,7 +176,7 @@ def test_a_session_in_doubt_sends_its_partitions_to_describe_producers_and_start
     elif fault == "impossible":
         answers += [lambda sent: ({T: [(0, 0, 10, 12)]}, 7)]
     else:  # no room in the broker's session cache
-        answers = [lambda sent: full_answer(sent)[:1] + (0,)]
+        answers = [lambda sent: (*full_answer(sent)[:1], 0)]
     answers += [full_answer]
     screen, client = warm_screen(lambda sent: answers.pop(0)(sent))
     if fault != "missing" and fault != "declined":
