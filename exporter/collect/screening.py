@@ -24,22 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
-from kafka.protocol.consumer.offsets import ListOffsetsResponse
 
-from exporter.collect.client import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    ClusterClient,
-    gather_settled,
-    list_offsets_request,
-)
+from exporter.collect.client import READ_COMMITTED, ClusterClient
 from exporter.collect.connection import BrokerConnection, CollectError, UnsupportedApi
 from exporter.collect.errors import MISSING_FROM_ANSWER, error_name
 from exporter.collect.fastdecode import lean
+from exporter.collect.lso import StableOffsets, read_stable_offsets
 from exporter.collect.pollstate import PollState
 from exporter.model import TopicPartition
 
-_DECODE_LIST_OFFSETS = lean(ListOffsetsResponse)
 _DECODE_FETCH = lean(FetchResponse)
 
 ByLeader = Mapping[int, Mapping[str, Sequence[int]]]
@@ -51,7 +44,8 @@ FETCH_SESSION_MAX_VERSION = 12
 SESSION_ERRORS = frozenset({70, 71, 106})
 """FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR: the
 broker no longer holds the session as the exporter does; a full fetch starts a new one."""
-IMPOSSIBLE_OFFSETS = "IMPOSSIBLE_OFFSETS"
+INVALID_OFFSET = "INVALID_OFFSET"
+"""An LSO past the HW, or a negative offset: never used as true."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +260,7 @@ class Screen:
                     continue
                 hw, lso = part.high_watermark, part.last_stable_offset
                 if not 0 <= lso <= hw:
-                    state.error(leader, "Fetch", IMPOSSIBLE_OFFSETS)
+                    state.error(leader, "Fetch", INVALID_OFFSET)
                     at.unread(tp)
                     result.add(leader, tp)
                     broken = True
@@ -306,52 +300,22 @@ class Screen:
         self, leader: int, at: _Leader, tps: list[TopicPartition], state: PollState,
         result: ScreenResult, reported: set[TopicPartition],
     ) -> None:
-        """The two latest offsets of `tps`: READ_UNCOMMITTED gives the HW, READ_COMMITTED
-        the LSO (the partitions' first poll, before the session holds them)."""
+        """The two latest offsets of `tps` (the partitions' first poll, before the session
+        holds them)."""
         at.cold.difference_update(tps)
         reported.update(tps)
         partitions: dict[str, list[int]] = {}
         for tp in tps:
             partitions.setdefault(tp.topic, []).append(tp.partition)
-        answers = await gather_settled(
-            self._client.send(
-                leader, list_offsets_request(partitions, READ_UNCOMMITTED), _DECODE_LIST_OFFSETS
-            ),
-            self._client.send(
-                leader, list_offsets_request(partitions, READ_COMMITTED), _DECODE_LIST_OFFSETS
-            ),
-        )
-        by_answer: list[dict[TopicPartition, Any]] = []
-        for answer in answers:
-            if isinstance(answer, CollectError):
-                state.error(leader, "ListOffsets", answer.kind)
-                for tp in tps:
-                    at.unread(tp)
-                    result.add(leader, tp)
-                return
-            if isinstance(answer, BaseException):
-                raise answer
-            parts: dict[TopicPartition, Any] = {}
-            for topic in answer.topics:
-                for part in topic.partitions:
-                    parts.setdefault(TopicPartition(topic.name, part.partition_index), part)
-            by_answer.append(parts)
-        high_watermarks, stable_offsets = by_answer
+        read = StableOffsets()
+        await read_stable_offsets(self._client, leader, partitions, read, state)
         for tp in tps:
-            a, b = high_watermarks.get(tp), stable_offsets.get(tp)
-            if a is None or b is None:  # left out of an answer: counted (issue 30)
-                state.error(leader, "ListOffsets", MISSING_FROM_ANSWER)
-            elif a.error_code or b.error_code:
-                for part in (a, b):
-                    if part.error_code:
-                        state.error(leader, "ListOffsets", error_name(part.error_code))
-            elif not 0 <= b.offset <= a.offset:
-                state.error(leader, "ListOffsets", IMPOSSIBLE_OFFSETS)
+            hw = read.high_watermarks.get(tp)
+            if hw is None:
+                at.unread(tp)
+                result.add(leader, tp)
             else:
-                at.read(tp, Offsets(a.offset, b.offset))
-                continue
-            at.unread(tp)
-            result.add(leader, tp)
+                at.read(tp, Offsets(hw, read.last_stable_offsets[tp]))
 
 
 def _session_request(

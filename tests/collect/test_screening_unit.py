@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from exporter.collect import screening
+from exporter.collect import lso, screening
 from exporter.collect.client import READ_COMMITTED
 from exporter.collect.connection import BrokerUnreachable
 from exporter.collect.fastdecode import (
@@ -75,7 +75,7 @@ class FakeClient:
 @pytest.fixture(autouse=True)
 def plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     """The request builders replaced by what they were asked (the fake's keys)."""
-    monkeypatch.setattr(screening, "list_offsets_request",
+    monkeypatch.setattr(lso, "list_offsets_request",
                         lambda partitions, isolation: isolation)
     monkeypatch.setattr(
         screening, "_session_request",
@@ -194,7 +194,7 @@ def test_a_session_in_doubt_sends_its_partitions_to_describe_producers_and_start
     assert sorted(result.ask[1][T]) == expected and list(result.ask) == [1]
     assert {"request": [("Fetch", "BROKER_UNREACHABLE")],
             "missing": [("Fetch", "MISSING_FROM_ANSWER")],
-            "impossible": [("Fetch", "IMPOSSIBLE_OFFSETS")],
+            "impossible": [("Fetch", "INVALID_OFFSET")],
             "declined": []}[fault] == errors
     client.sent.clear()
     poll(screen, {T: [0, 1, 2]})
@@ -211,7 +211,7 @@ def test_a_partition_answered_with_an_error_is_read_afresh_and_kept_by_its_sessi
     poll(screen, {T: [0, 1, 2]})
     result, errors = poll(screen, {T: [0, 1, 2]})  # -1/-1 without an error: impossible
     assert sorted(result.ask[1][T]) == [1, 2]
-    assert errors == [("Fetch", "IMPOSSIBLE_OFFSETS")]
+    assert errors == [("Fetch", "INVALID_OFFSET")]
     client.sent.clear()
     client.fetch = full_answer
     poll(screen, {T: [0, 1, 2]})  # full again for 0 and 2; 1 read with ListOffsets

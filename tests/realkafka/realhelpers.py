@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kafka_sim.client import KafkaProtocolError
+from kafka_sim.producer import idempotent_producer_write
 from kafka_sim.realkafka import RealKafkaCluster
+from waits import wait_for
 
 from exporter.analyze import analyze
 from exporter.collect.poll import ClusterPoller
@@ -43,6 +46,25 @@ def kafka_versions() -> list[str]:
 def unique(prefix: str) -> str:
     """A topic or transactional id no other test of the session uses."""
     return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def idempotent_write(bootstrap: str, topic: str, partition: int, **write: Any) -> None:
+    """One short-lived idempotent producer's write; a fresh broker answers InitProducerId
+    with COORDINATOR_LOAD_IN_PROGRESS until it has a block of producer ids: asked again."""
+
+    def attempt() -> bool:
+        try:
+            idempotent_producer_write(bootstrap, topic, partition, **write)
+        except KafkaProtocolError as exc:
+            if exc.error_code != COORDINATOR_LOAD_IN_PROGRESS:
+                raise
+            return False
+        return True
+
+    wait_for("an idempotent producer id", attempt, 60.0)
 
 
 def create_topic(

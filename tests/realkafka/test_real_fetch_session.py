@@ -31,18 +31,16 @@ from conformance.live import sim_profile_for
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.record.default_records import DefaultRecordBatch
-from kafka_sim.client import KafkaProtocolError, RawKafkaClient, VersionRange, parse_bootstrap
+from kafka_sim.client import RawKafkaClient, VersionRange, parse_bootstrap
 from kafka_sim.producer import (
     committed_transaction,
-    idempotent_producer_write,
     open_transaction,
 )
 from kafka_sim.realkafka import RealKafkaCluster
-from realhelpers import VERIFICATION_OFF, unique
+from realhelpers import VERIFICATION_OFF, idempotent_write, unique
 from waits import wait_for
 
 NODE_ID = 1
-COORDINATOR_LOAD_IN_PROGRESS = 14
 FETCH = 1
 READ_COMMITTED = 1
 T0_MS = int(time.time() * 1000)
@@ -195,20 +193,9 @@ class Script:
 
     # -- writes (the same records on both sides) ---------------------------------------------
     def idempotent(self, label: str, partition: int, tag: str, count: int = 1) -> None:
-        """A short-lived idempotent producer; a fresh broker answers InitProducerId with
-        COORDINATOR_LOAD_IN_PROGRESS until it has a block of producer ids: asked again."""
-
-        def attempt() -> bool:
-            try:
-                idempotent_producer_write(self.side.bootstrap, self.topics[label], partition,
-                                          records=_records(tag, count))
-            except KafkaProtocolError as exc:
-                if exc.error_code != COORDINATOR_LOAD_IN_PROGRESS:
-                    raise
-                return False
-            return True
-
-        wait_for("an idempotent producer id", attempt, 60.0)
+        """A short-lived idempotent producer."""
+        idempotent_write(self.side.bootstrap, self.topics[label], partition,
+                         records=_records(tag, count))
 
     def committed(self, label: str, partitions: dict[int, int], tag: str) -> None:
         """A committed transaction, then a wait for its COMMIT markers: a real coordinator

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from kafka_sim.client import KafkaProtocolError
-from kafka_sim.producer import idempotent_producer_write, open_transaction
+from kafka_sim.producer import open_transaction
 from kafka_sim.realkafka import RealKafkaCluster
-from realhelpers import cluster_settings, create_topic, unique
+from realhelpers import cluster_settings, create_topic, idempotent_write, unique
 from waits import wait_for
 
 from exporter.collect import producers, screening
@@ -23,23 +22,6 @@ from exporter.collect.poll import ClusterPoller
 from exporter.collect.producers import SCREEN_FROM_STATES
 
 PARTITIONS = 3
-COORDINATOR_LOAD_IN_PROGRESS = 14
-
-
-def idempotent_write(cluster: RealKafkaCluster, topic: str, partition: int) -> None:
-    """One short-lived idempotent producer; a fresh broker answers InitProducerId with
-    COORDINATOR_LOAD_IN_PROGRESS until it has a block of producer ids: asked again."""
-
-    def attempt() -> bool:
-        try:
-            idempotent_producer_write(cluster.bootstrap, topic, partition)
-        except KafkaProtocolError as exc:
-            if exc.error_code != COORDINATOR_LOAD_IN_PROGRESS:
-                raise
-            return False
-        return True
-
-    wait_for("an idempotent producer id", attempt, 60.0)
 
 
 def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction(
@@ -48,7 +30,7 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
     topic = create_topic(real_kafka, unique("crowded"), partitions=PARTITIONS)
     for p in range(PARTITIONS):
         for _ in range(SCREEN_FROM_STATES + 1):  # short-lived idempotent producers
-            idempotent_write(real_kafka, topic, p)
+            idempotent_write(real_kafka.bootstrap, topic, p)
     asked: Counter[tuple[str, int]] = Counter()
     make = producers.describe_producers_request
 
@@ -107,7 +89,7 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
             assert not set().union(*(parts for _, parts in answers))
             assert not [k for k in asked if k[0] == topic]
             assert mine(still) == mine(seen)
-        idempotent_write(real_kafka, topic, 0)
+        idempotent_write(real_kafka.bootstrap, topic, 0)
         answers.clear()
         asked.clear()
         moved = screened.poll()
