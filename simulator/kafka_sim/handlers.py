@@ -729,7 +729,7 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
 
     session = context.session if context.kind is ContextKind.INCREMENTAL else None
     rules = any(rule.api_key == 1 for rule in state.errors)
-    readable: dict[str, bool] = {}
+    partitions_of: dict[str, list[Partition] | None] = {}
     for key, rp in context.partitions():
         name = rp.topic
         if session is not None and not rules and name is not None:
@@ -737,10 +737,15 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
             # a readable partition this broker leads, read at or above the offset reads stop
             # at, whose high watermark and log start offset the session already holds, is
             # left out of the answer (CachedPartition.maybeUpdateResponseData).
-            allowed = readable.get(name)
-            if allowed is None:
-                allowed = readable[name] = state.authorized(ctx.principal, "READ", name)
-            p = state.partition(name, rp.partition) if allowed else None
+            if name in partitions_of:
+                of_topic = partitions_of[name]
+            else:
+                t = state.topics.get(name)
+                of_topic = partitions_of[name] = (
+                    t.partitions if t is not None
+                    and state.authorized(ctx.principal, "READ", name) else None)
+            p = (of_topic[rp.partition]
+                 if of_topic is not None and 0 <= rp.partition < len(of_topic) else None)
             log = p.log if p is not None else None
             if (
                 p is not None and log is not None and p.leader_id == ctx.broker_id
@@ -748,11 +753,12 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
             ):
                 cached = session.partitions[key]
                 hw = log.high_watermark
+                offset = rp.fetch_offset
                 if (
                     cached.high_watermark == hw
                     and cached.local_log_start_offset == log.log_start_offset
-                    and rp.fetch_offset <= log.log_end_offset
-                    and rp.fetch_offset >= (log.last_stable_offset if read_committed else hw)
+                    and offset <= log.log_end_offset
+                    and (offset >= hw or (read_committed and offset >= log.last_stable_offset))
                 ):
                     continue
         if name is None:
