@@ -14,7 +14,9 @@ idempotent states, so it is the newest state of its partition). One broker per l
 topic per level on one broker: the poller polls every partition of the cluster, and the
 broker's heap, GC and caches at one level must not carry another level's million states.
 
-For each strategy: one cold poll (connections, counts learnt), then `--polls` warm polls:
+Both pollers (one per strategy) make their cold poll (connections, counts learnt), then
+`--warmup` unmeasured polls each, alternating (the broker's JIT compiles the paths of both
+before either is measured); then `--polls` warm polls of the full poller, then of the screened:
 - bytes received: answer payload bytes per API (counted where the exporter decodes them, the
   `Traffic`/`counting` wrapper of bench_producer_states.py); requests sent per API;
 - exporter CPU: `time.thread_time()` of the polling thread (the poller's loop runs there);
@@ -240,49 +242,55 @@ def idle_cpu_rate(pid: int, seconds: float) -> float:
     return (jvm_cpu_s(pid)["total"] - cpu0) / (time.perf_counter() - wall0)
 
 
-def measure(
-    cluster: RealKafkaCluster, screening: bool, polls: int, traffic: Traffic
-) -> dict[str, Any]:
+def new_poller(cluster: RealKafkaCluster, screening: bool) -> ClusterPoller:
     settings = ClusterSettings(
         name="bench-real",
         bootstrap_servers=tuple(cluster.bootstrap.split(",")),
         request_timeout_seconds=300.0,
     )
+    return ClusterPoller(settings, screen_crowded_partitions=screening)
+
+
+def cold_poll(poller: ClusterPoller, traffic: Traffic) -> dict[str, float]:
+    """The first poll: connections, metadata, counts learnt."""
+    traffic.reset()
+    wall0 = time.perf_counter()
+    poller.poll()
+    return {"bytes": sum(traffic.bytes.values()), "wall_s": time.perf_counter() - wall0}
+
+
+def measure(
+    cluster: RealKafkaCluster, poller: ClusterPoller, polls: int, traffic: Traffic,
+    cold: dict[str, float],
+) -> dict[str, Any]:
+    """`polls` warm polls of one strategy in a row, between two JmxTool reads and after an
+    idle interval as long as they should take (the cold poll's wall times polls, 3-20 s)."""
     pid = broker_pid(cluster)
-    poller = ClusterPoller(settings, screen_crowded_partitions=screening)
     rows: list[dict[str, Any]] = []
-    try:
+    jmx_before = request_metrics(cluster)
+    idle_rate = idle_cpu_rate(pid, min(20.0, max(3.0, cold["wall_s"] * polls)))
+    jvm0, span0 = jvm_cpu_s(pid), time.perf_counter()
+    for _ in range(polls):
         traffic.reset()
-        wall0 = time.perf_counter()
-        poller.poll()  # cold: connections, counts learnt
-        cold = {"bytes": sum(traffic.bytes.values()), "wall_s": time.perf_counter() - wall0}
-        jmx_before = request_metrics(cluster)
-        # Idle as long as the warm polls should take (the cold poll's wall times polls), 3-20 s.
-        idle_rate = idle_cpu_rate(pid, min(20.0, max(3.0, cold["wall_s"] * polls)))
-        jvm0, span0 = jvm_cpu_s(pid), time.perf_counter()
-        for _ in range(polls):
-            traffic.reset()
-            cpu0, wall0 = time.thread_time(), time.perf_counter()
-            obs = poller.poll()
-            wall = time.perf_counter() - wall0
-            rows.append({
-                "bytes": sum(traffic.bytes.values()),
-                "describe_producers_bytes": traffic.bytes["DescribeProducersRequest"],
-                "list_offsets_bytes": traffic.bytes["ListOffsetsRequest"],
-                "fetch_bytes": traffic.bytes["FetchRequest"],
-                "requests": sum(traffic.requests.values()),
-                "requests_by_api": dict(traffic.requests),
-                "bytes_by_api": dict(traffic.bytes),
-                "exporter_cpu_s": time.thread_time() - cpu0,
-                "wall_s": wall,
-                "open": len(obs.open_transactions),
-                "unobserved": len(obs.unobserved),
-            })  # fmt: skip
-        span = time.perf_counter() - span0
-        jvm1 = jvm_cpu_s(pid)
-        jmx_after = request_metrics(cluster)
-    finally:
-        poller.close()
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        obs = poller.poll()
+        wall = time.perf_counter() - wall0
+        rows.append({
+            "bytes": sum(traffic.bytes.values()),
+            "describe_producers_bytes": traffic.bytes["DescribeProducersRequest"],
+            "list_offsets_bytes": traffic.bytes["ListOffsetsRequest"],
+            "fetch_bytes": traffic.bytes["FetchRequest"],
+            "requests": sum(traffic.requests.values()),
+            "requests_by_api": dict(traffic.requests),
+            "bytes_by_api": dict(traffic.bytes),
+            "exporter_cpu_s": time.thread_time() - cpu0,
+            "wall_s": wall,
+            "open": len(obs.open_transactions),
+            "unobserved": len(obs.unobserved),
+        })  # fmt: skip
+    span = time.perf_counter() - span0
+    jvm1 = jvm_cpu_s(pid)
+    jmx_after = request_metrics(cluster)
     med: dict[str, Any] = {
         k: statistics.median(r[k] for r in rows)
         for k in ("bytes", "describe_producers_bytes", "list_offsets_bytes", "fetch_bytes",
@@ -332,8 +340,22 @@ def run_level(args: argparse.Namespace, mean: float, traffic: Traffic) -> dict[s
             seeded.update(broker_start_s=round(broker_start_s, 2), create_topic_s=round(topic_s, 2))
             print(json.dumps({"mean_states": mean, **seeded}), flush=True)
             with counting(traffic):
-                full = measure(cluster, False, args.polls, traffic)
-                screened = measure(cluster, True, args.polls, traffic)
+                pollers = {
+                    "full": new_poller(cluster, False),
+                    "screened": new_poller(cluster, True),
+                }
+                try:
+                    colds = {name: cold_poll(p, traffic) for name, p in pollers.items()}
+                    for _ in range(args.warmup):  # the broker's JIT, for both strategies alike
+                        for p in pollers.values():
+                            p.poll()
+                    full, screened = (
+                        measure(cluster, pollers[name], args.polls, traffic, colds[name])
+                        for name in ("full", "screened")
+                    )
+                finally:
+                    for p in pollers.values():
+                        p.close()
         finally:
             cluster.stop()
     finally:
@@ -357,6 +379,8 @@ def main() -> int:
     parser.add_argument("--states", default="0,0.1,10,100,1000",
                         help="mean producer states per partition, one broker per level")
     parser.add_argument("--polls", type=int, default=7, help="warm polls per strategy")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="unmeasured polls per strategy after the cold ones (broker JIT)")
     parser.add_argument("--heap", default="2g", help="broker heap (-Xmx/-Xms); 1M states fit 2g")
     parser.add_argument("--seed-workers", type=int, default=2,
                         help="threads (a connection each) sending the seeding producers")
