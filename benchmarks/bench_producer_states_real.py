@@ -23,16 +23,22 @@ before either is measured); then `--polls` warm polls of the full poller, then o
 - wall: `ClusterPoller.poll()`;
   (medians of the warm polls)
 - broker CPU: the broker JVM's utime+stime (/proc/<pid>/stat, per thread from
-  /proc/<pid>/task) over all warm polls, minus its CPU rate measured over an idle interval right
-  before (heartbeats, metadata, schedulers) times the polls' duration, per poll; split into
-  request threads (`data-plane-kafka-*`: network + request handler threads), GC and JIT;
+  /proc/<pid>/task) read right before and after each warm poll, minus its CPU rate measured
+  over an idle interval right before the polls (heartbeats, metadata, schedulers) times the
+  polls' duration, per poll; split (idle not subtracted) into request threads
+  (`data-plane-kafka-*`: network + request handler threads), GC and JIT;
 - broker request time: Kafka's own `kafka.network:type=RequestMetrics,name=LocalTimeMs|
   TotalTimeMs,request=*` histograms (read with JmxTool before and after the warm polls), the
   per-API sum (Count x Mean) over the warm polls, per poll. Kafka rounds each request's time
   to whole ms, so sub-ms requests read 0 or 1.
 
+`--written F`: before every poll, a fraction F of the partitions (drawn anew each time) gets
+one batch from a long-lived idempotent producer that wrote every partition once while seeding
+(one state more everywhere), so their offsets move between polls; 0 = a broker standing still.
+These writes fall outside the broker CPU windows but inside Kafka's request metrics (Produce).
+
 Run: python benchmarks/bench_producer_states_real.py [--kafka-version 4.0.2] [--partitions 1000]
-       [--states 0,0.1,10,100,1000] [--polls 7]
+       [--states 0,0.1,10,100,1000] [--polls 7] [--written 0.1]
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -57,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulator"))
 
 import _common as common
 from bench_producer_states import Traffic, counting
-from kafka_sim.producer import idempotent_producer_write_all, open_transaction
+from kafka_sim.producer import RawProducer, idempotent_producer_write_all, open_transaction
 from kafka_sim.realkafka import KafkaInstall, RealKafkaCluster
 from kafka_sim.routing import RawCluster
 from kafka_sim.seed import skewed_state_counts
@@ -171,7 +178,7 @@ def metrics_delta(
             if count > count0:
                 out.setdefault(metric, {})[request] = {
                     "requests_per_poll": round((count - count0) / polls, 2),
-                    "ms_per_poll": round((total_ms - total0) / polls, 2),
+                    "ms_per_poll": round(max(0.0, total_ms - total0) / polls, 2),
                 }
     return out
 
@@ -244,6 +251,31 @@ def seed(
     }
 
 
+class Writer:
+    """`--written`: a long-lived idempotent producer that wrote every partition once while
+    seeding (one state more everywhere) and writes one batch to the partitions it is given
+    before every poll, so that their offsets move between polls (a cluster not standing still).
+    One Produce per partition, as a producer sending each record on its own."""
+
+    def __init__(self, bootstrap: str, partitions: int) -> None:
+        self.partitions = partitions
+        self.producer = RawProducer(bootstrap, None, timeout_s=60.0)
+        self.producer.init_producer_id()
+        self.write(range(partitions))
+
+    def write(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            self.producer.produce(TOPIC, partition, [(b"w", b"written", None)], transactional=False)
+        self.producer.batches.clear()  # only the sequences are needed
+
+    def between_polls(self, fraction: float, rng: random.Random) -> Callable[[], None]:
+        count = round(self.partitions * fraction)
+        return lambda: self.write(sorted(rng.sample(range(self.partitions), count)))
+
+    def close(self) -> None:
+        self.producer.close()
+
+
 # -- measuring ----------------------------------------------------------------------------------
 
 
@@ -263,8 +295,11 @@ def new_poller(cluster: RealKafkaCluster, screening: bool) -> ClusterPoller:
     return ClusterPoller(settings, screen_crowded_partitions=screening)
 
 
-def cold_poll(poller: ClusterPoller, traffic: Traffic) -> dict[str, float]:
+def cold_poll(
+    poller: ClusterPoller, traffic: Traffic, between: Callable[[], None]
+) -> dict[str, float]:
     """The first poll: connections, metadata, counts learnt."""
+    between()
     traffic.reset()
     wall0 = time.perf_counter()
     poller.poll()
@@ -273,20 +308,30 @@ def cold_poll(poller: ClusterPoller, traffic: Traffic) -> dict[str, float]:
 
 def measure(
     cluster: RealKafkaCluster, poller: ClusterPoller, polls: int, traffic: Traffic,
-    cold: dict[str, float],
+    cold: dict[str, float], between: Callable[[], None],
 ) -> dict[str, Any]:
     """`polls` warm polls of one strategy in a row, between two JmxTool reads and after an
-    idle interval as long as they should take (the cold poll's wall times polls, 3-20 s)."""
+    idle interval as long as they should take (the cold poll's wall times polls, 3-20 s). The
+    broker's CPU is read right before and after each poll, so `between` (the writes of
+    `--written`) is not counted in it; Kafka's request metrics do count those Produce requests."""
     pid = broker_pid(cluster)
     rows: list[dict[str, Any]] = []
     jmx_before = request_metrics(cluster)
     idle_rate = idle_cpu_rate(pid, min(20.0, max(3.0, cold["wall_s"] * polls)))
-    jvm0, span0 = jvm_cpu_s(pid), time.perf_counter()
+    busy: dict[str, float] = {}
+    walls = 0.0
     for _ in range(polls):
+        between()
         traffic.reset()
+        jvm0 = jvm_cpu_s(pid)
         cpu0, wall0 = time.thread_time(), time.perf_counter()
         obs = poller.poll()
         wall = time.perf_counter() - wall0
+        cpu = time.thread_time() - cpu0
+        jvm1 = jvm_cpu_s(pid)
+        walls += time.perf_counter() - wall0
+        for k, v in jvm1.items():
+            busy[k] = busy.get(k, 0.0) + v - jvm0.get(k, 0.0)
         rows.append({
             "bytes": sum(traffic.bytes.values()),
             "describe_producers_bytes": traffic.bytes["DescribeProducersRequest"],
@@ -295,20 +340,17 @@ def measure(
             "requests": sum(traffic.requests.values()),
             "requests_by_api": dict(traffic.requests),
             "bytes_by_api": dict(traffic.bytes),
-            "exporter_cpu_s": time.thread_time() - cpu0,
+            "exporter_cpu_s": cpu,
             "wall_s": wall,
             "open": len(obs.open_transactions),
             "unobserved": len(obs.unobserved),
         })  # fmt: skip
-    span = time.perf_counter() - span0
-    jvm1 = jvm_cpu_s(pid)
     jmx_after = request_metrics(cluster)
     med: dict[str, Any] = {
         k: statistics.median(r[k] for r in rows)
         for k in ("bytes", "describe_producers_bytes", "list_offsets_bytes", "fetch_bytes",
                   "requests", "exporter_cpu_s", "wall_s")
     }  # fmt: skip
-    busy = {k: jvm1[k] - jvm0[k] for k in jvm1}
     med.update({
         "cold": cold,
         "open": rows[-1]["open"],
@@ -316,7 +358,7 @@ def measure(
         "requests_by_api": rows[-1]["requests_by_api"],
         "bytes_by_api": rows[-1]["bytes_by_api"],
         "broker_idle_cpu_per_s": round(idle_rate, 4),
-        "broker_cpu_s": max(0.0, busy["total"] - idle_rate * span) / polls,
+        "broker_cpu_s": max(0.0, busy["total"] - idle_rate * walls) / polls,
         "broker_cpu_by_threads_s": {
             k: round(v / polls, 4) for k, v in busy.items() if k != "total"
         },
@@ -338,6 +380,30 @@ def start_broker(version: str, workdir: Path, heap: str) -> RealKafkaCluster:
         raise
 
 
+def measure_both(
+    cluster: RealKafkaCluster, args: argparse.Namespace, traffic: Traffic,
+    between: Callable[[], None],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both pollers cold, `--warmup` alternating unmeasured polls, then each measured."""
+    with counting(traffic):
+        pollers = {"full": new_poller(cluster, False), "screened": new_poller(cluster, True)}
+        try:
+            colds = {name: cold_poll(p, traffic, between) for name, p in pollers.items()}
+            for _ in range(args.warmup):  # the broker's JIT, for both strategies alike
+                for p in pollers.values():
+                    between()
+                    p.poll()
+            return (
+                measure(cluster, pollers["full"], args.polls, traffic, colds["full"], between),
+                measure(
+                    cluster, pollers["screened"], args.polls, traffic, colds["screened"], between
+                ),
+            )
+        finally:
+            for p in pollers.values():
+                p.close()
+
+
 def run_level(args: argparse.Namespace, mean: float, traffic: Traffic) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-states-{mean}-", dir=args.workdir))
     try:
@@ -350,24 +416,16 @@ def run_level(args: argparse.Namespace, mean: float, traffic: Traffic) -> dict[s
             topic_s = time.perf_counter() - started
             seeded = seed(cluster, args.partitions, mean, args.seed_workers, rng_seed=1)
             seeded.update(broker_start_s=round(broker_start_s, 2), create_topic_s=round(topic_s, 2))
+            writer = Writer(cluster.bootstrap, args.partitions) if args.written > 0 else None
             print(json.dumps({"mean_states": mean, **seeded}), flush=True)
-            with counting(traffic):
-                pollers = {
-                    "full": new_poller(cluster, False),
-                    "screened": new_poller(cluster, True),
-                }
-                try:
-                    colds = {name: cold_poll(p, traffic) for name, p in pollers.items()}
-                    for _ in range(args.warmup):  # the broker's JIT, for both strategies alike
-                        for p in pollers.values():
-                            p.poll()
-                    full, screened = (
-                        measure(cluster, pollers[name], args.polls, traffic, colds[name])
-                        for name in ("full", "screened")
-                    )
-                finally:
-                    for p in pollers.values():
-                        p.close()
+            between: Callable[[], None] = (
+                writer.between_polls(args.written, random.Random(2)) if writer else lambda: None
+            )
+            try:
+                full, screened = measure_both(cluster, args, traffic, between)
+            finally:
+                if writer is not None:
+                    writer.close()
         finally:
             cluster.stop()
     finally:
@@ -393,6 +451,9 @@ def main() -> int:
     parser.add_argument("--polls", type=int, default=7, help="warm polls per strategy")
     parser.add_argument("--warmup", type=int, default=2,
                         help="unmeasured polls per strategy after the cold ones (broker JIT)")
+    parser.add_argument("--written", type=float, default=0.0,
+                        help="fraction of the partitions written (one batch each, by one "
+                        "long-lived idempotent producer) before every poll; 0 = standing still")
     parser.add_argument("--heap", default="2g", help="broker heap (-Xmx/-Xms); 1M states fit 2g")
     parser.add_argument("--seed-workers", type=int, default=2,
                         help="threads (a connection each) sending the seeding producers")
@@ -403,7 +464,8 @@ def main() -> int:
     args = parser.parse_args()
     levels = [float(s) for s in args.states.split(",")]
     info = {**common.machine_info(), "kafka_version": args.kafka_version,
-            "partitions": args.partitions, "polls": args.polls, "heap": args.heap}
+            "partitions": args.partitions, "polls": args.polls, "heap": args.heap,
+            "warmup": args.warmup, "written": args.written}
     print(json.dumps(info), flush=True)
     traffic = Traffic()
     results: dict[float, dict[str, Any]] = {}
