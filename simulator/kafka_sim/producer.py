@@ -48,6 +48,7 @@ __all__ = [
     "committed_transaction",
     "hanging_transaction",
     "idempotent_producer_write",
+    "idempotent_producer_write_all",
     "open_transaction",
 ]
 
@@ -597,3 +598,70 @@ def hanging_transaction(
     finally:
         producer.close()
 
+
+
+def idempotent_producer_write_all(
+    cluster: RawCluster,
+    topic: str,
+    partitions: Sequence[int],
+    *,
+    timeout_s: float = 30.0,
+    now_ms: Callable[[], int] | None = None,
+) -> int:
+    """One short-lived idempotent producer writing to many partitions at once -> its producer id.
+
+    InitProducerId without a transactional id, then ONE Produce per partition leader carrying
+    one one-record batch (sequence 0) for every partition in `partitions`: each partition gets a
+    producer state of its own, at the cost of two requests per producer instead of one Produce
+    per partition (how the benchmarks seed 1,000 states on 1,000 partitions of a real broker).
+    The batch bytes are the same for every partition (same producer, sequence and record), so
+    they are built once. `cluster`'s connections are reused across calls.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:  # a broker just started answers COORDINATOR_LOAD_IN_PROGRESS for a while
+        client = cluster.any_client()
+        version = client.api_version(InitProducerIdRequest.API_KEY, INIT_PRODUCER_ID_VERSIONS)
+        init = client.request(
+            InitProducerIdRequest[version](
+                transactional_id=None,
+                transaction_timeout_ms=60000,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        )
+        if init.error_code == NONE:
+            break
+        if init.error_code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+            raise KafkaProtocolError("InitProducerId", init.error_code)
+        time.sleep(0.05)
+    producer_id, epoch = int(init.producer_id), int(init.producer_epoch)
+    data, _, _ = build_record_batch(
+        [(b"k", f"idem-{producer_id}".encode(), None)],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=0,
+        now_ms=now_ms,
+    )
+    by_leader: dict[int, tuple[RawKafkaClient, list[int]]] = {}
+    for partition in partitions:
+        leader = cluster.leader_client(topic, partition)
+        by_leader.setdefault(id(leader), (leader, []))[1].append(partition)
+    topic_cls = ProduceRequest.TopicProduceData
+    part_cls = topic_cls.PartitionProduceData
+    for leader, owned in by_leader.values():
+        req = ProduceRequest[leader.api_version(ProduceRequest.API_KEY, PRODUCE_VERSIONS)](
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=int(timeout_s * 1000),
+            topic_data=[
+                topic_cls(
+                    name=topic, partition_data=[part_cls(index=p, records=data) for p in owned]
+                )
+            ],
+        )
+        resp = leader.request(req)
+        for answer in resp.responses:
+            for part in answer.partition_responses:
+                if part.error_code != NONE:
+                    raise KafkaProtocolError(f"Produce({topic}-{part.index})", part.error_code)
+    return producer_id

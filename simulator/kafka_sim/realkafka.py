@@ -413,6 +413,12 @@ class RealKafkaCluster:
         process = self._node(node_id).process
         return process is not None and process.poll() is None
 
+    def pid(self, node_id: int = 1) -> int | None:
+        """The node's JVM process id (java is exec'd directly), None when not running: for
+        reading its CPU from /proc (benchmarks/bench_producer_states_real.py)."""
+        process = self._node(node_id).process
+        return process.pid if process is not None and process.poll() is None else None
+
     def stop(self) -> None:
         """SIGTERM every node (a clean shutdown), SIGKILL what is left after 20 s."""
         for node in self._nodes:
