@@ -22,11 +22,12 @@ before either is measured); then `--polls` warm polls of the full poller, then o
 - exporter CPU: `time.thread_time()` of the polling thread (the poller's loop runs there);
 - wall: `ClusterPoller.poll()`;
   (medians of the warm polls)
-- broker CPU: the broker JVM's utime+stime (/proc/<pid>/stat, per thread from
-  /proc/<pid>/task) read right before and after each warm poll, minus its CPU rate measured
-  over an idle interval right before the polls (heartbeats, metadata, schedulers) times the
-  polls' duration, per poll; split (idle not subtracted) into request threads
-  (`data-plane-kafka-*`: network + request handler threads), GC and JIT;
+- broker CPU: the broker JVM's threads' CPU time (the scheduler's nanosecond account,
+  /proc/<pid>/task/*/sched; utime+stime in 10 ms ticks where the kernel keeps none) read
+  right before and after each warm poll, minus its CPU rate measured over an idle interval
+  right before the polls (heartbeats, metadata, schedulers) times the polls' duration, per
+  poll; split (idle not subtracted) into request threads (`data-plane-kafka-*`: network +
+  request handler threads), GC and JIT;
 - broker request time: Kafka's own `kafka.network:type=RequestMetrics,name=LocalTimeMs|
   TotalTimeMs,request=*` histograms (read with JmxTool before and after the warm polls), the
   per-API sum (Count x Mean) over the warm polls, per poll. Kafka rounds each request's time
@@ -115,20 +116,42 @@ def _thread_group(name: str) -> str:
     return "other"
 
 
+def _runtime_s(task: Path) -> float | None:
+    """The thread's CPU time in seconds from the scheduler's own account (`sched`,
+    `se.sum_exec_runtime`, in ms with ns digits), or None where the kernel keeps none."""
+    try:
+        for line in (task / "sched").read_text().splitlines():
+            if line.startswith("se.sum_exec_runtime"):
+                return float(line.split(":", 1)[1]) / 1000.0
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def jvm_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds (utime+stime) of the JVM's live threads, per `_thread_group`, and "total"."""
+    """CPU seconds of the JVM's live threads, per `_thread_group`, and "total": the scheduler's
+    nanosecond account where the kernel has one (utime+stime count 10 ms ticks: a poll of a
+    few ms would read 0 or 10), else utime+stime."""
     out = {"request_threads": 0.0, "gc": 0.0, "jit": 0.0, "other": 0.0}
     task_dir = Path(f"/proc/{pid}/task")
+    precise = True
     for task in task_dir.iterdir():
         try:
             name = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = _runtime_s(task)
+            if seconds is None:
+                precise = False
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         except OSError:
             continue  # a thread that ended meanwhile
-        out[_thread_group(name)] += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    # Ended threads are only in the process's own counters: "total" comes from there.
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    out["total"] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        out[_thread_group(name)] += seconds
+    if precise:
+        out["total"] = sum(out.values())
+    else:
+        # Ended threads are only in the process's own counters: "total" comes from there.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out["total"] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return out
 
 
