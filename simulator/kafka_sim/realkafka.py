@@ -457,14 +457,27 @@ class RealKafkaCluster:
         at its leader."""
         from kafka import KafkaConsumer
         from kafka.admin import KafkaAdminClient, NewTopic
+        from kafka.errors import NodeNotReadyError, TopicAlreadyExistsError, UnknownBrokerIdError
         from kafka.structs import TopicPartition
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+        deadline = time.monotonic() + timeout
+        while True:
+            # Right after a start, the controller a client learns of may not be in the broker
+            # list it got yet (kafka-python: UnknownBrokerIdError): asked again, anew.
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+            try:
+                admin.create_topics(
+                    [NewTopic(name, partitions, replication, topic_configs=dict(configs or {}))]
+                )
+                break
+            except TopicAlreadyExistsError:
+                break  # an earlier attempt's request was carried out
+            except (UnknownBrokerIdError, NodeNotReadyError):
+                admin.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         try:
-            admin.create_topics(
-                [NewTopic(name, partitions, replication, topic_configs=dict(configs or {}))]
-            )
-            deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 parts = admin.describe_topics([name])[0].get("partitions") or []
                 if len(parts) == partitions and all(p.get("leader_id", -1) >= 0 for p in parts):
