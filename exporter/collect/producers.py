@@ -105,6 +105,13 @@ class ProducerStateReader:
         (ANSWER_TOO_LARGE), screened with ListOffsets instead."""
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
         self._polls_until_sweep = 0
+        client.on_metadata_change(self._forget_batches)
+
+    def _forget_batches(self) -> None:
+        """Metadata changed: the batches and the split were built from the previous view's
+        `by_leader` (never reused for another): dropped now, not after the next parse."""
+        self._cached_requests = None
+        self._split_cache = None
 
     def crowded_partitions(self) -> int:
         return len(self._crowded)
