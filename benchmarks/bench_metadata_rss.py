@@ -10,7 +10,8 @@ Metadata answer differs in a few bytes, as after a real leader election.
 Sequence: `--warm-polls` polls, then `--changes` times (one leader move, one poll, then
 `--steady-polls` polls). After every poll (the observation dropped, as the daemon does):
 VmRSS, the poll's own peak (VmHWM reset before each poll through /proc/self/clear_refs), the
-cyclic GC's collections during the poll, pymalloc's arenas (sys._debugmallocstats), and with
+cyclic GC's collections during the poll, pymalloc's arenas (sys._debugmallocstats; None under
+tracemalloc, whose hooks hide them), and with
 `--tracemalloc` the traced size after the poll and its peak during it, plus the 10 largest
 differences by line between before the first change and after its next poll. With
 `--malloc-trim` every sample is also taken after glibc's malloc_trim(0) (an experiment: what
@@ -65,7 +66,7 @@ def serve(brokers: int, partitions: int, latency_ms: int) -> int:
         if line.strip() == "move":
             def move(state: Any, index: int) -> int:
                 p = state.partition(topic, index)
-                target = (p.leader_id + 1) % brokers
+                target = p.leader_id % brokers + 1  # ids 1..brokers
                 state.move_partition_leader(topic, index, target)
                 return int(target)
 

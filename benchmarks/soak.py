@@ -15,6 +15,10 @@ operator would; polls and `up` are then summed over the clusters.
     python benchmarks/soak.py --minutes 30
     python benchmarks/soak.py --minutes 30 --tls-auth   # /metrics over HTTPS + basic auth
     python benchmarks/soak.py --minutes 30 --clusters 20 --poll-interval 5s --tps 1
+
+With `--tracemalloc-every S` the serve process runs under tracemalloc and writes a snapshot
+(after a collection) every S seconds; the result gives the traced size of each and the 10
+largest differences by line from the first snapshot to the last: what RSS growth is made of.
 """
 
 from __future__ import annotations
@@ -39,6 +43,22 @@ from _common import REPO_ROOT, emit, machine_info
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
 from kafka_sim.workload import Workload
+
+TRACED_SERVE = """
+import gc, os, runpy, sys, threading, time, tracemalloc
+tracemalloc.start()
+out, every = sys.argv[1], float(sys.argv[2])
+sys.argv = ["kafka-txn-exporter", *sys.argv[3:]]
+def dump():
+    n = 0
+    while True:
+        time.sleep(every)
+        gc.collect()
+        tracemalloc.take_snapshot().dump(os.path.join(out, f"{n:04d}.snap"))
+        n += 1
+threading.Thread(target=dump, daemon=True).start()
+runpy.run_module("exporter", run_name="__main__", alter_sys=True)
+"""
 
 TOPIC = "soak"
 HANG_TOPIC = "soak-hang"
@@ -103,7 +123,8 @@ def read_listen_url(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
 
 
 def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float,
-        tls_auth: bool = False, clusters: int = 1, poll_interval: str = "1s") -> dict[str, Any]:
+        tls_auth: bool = False, clusters: int = 1, poll_interval: str = "1s",
+        tracemalloc_every: float = 0.0) -> dict[str, Any]:
     machine = machine_info()
     web_dir = tempfile.mkdtemp(prefix="soak-web-") if tls_auth else None
     context: Any = None
@@ -148,8 +169,11 @@ def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float
             env.update(web_env)
             config_args = ["--config", str(config_file)]
         # stderr is read once for the URL, then drained to a file so the pipe never fills.
+        launcher = [sys.executable, "-m", "exporter"]
+        if tracemalloc_every:
+            launcher = [sys.executable, "-c", TRACED_SERVE, config_dir, str(tracemalloc_every)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "serve", *config_args,
+            [*launcher, "serve", *config_args,
              "--web.listen-address", "127.0.0.1", "--web.port", "0", "--log.level", "info"],
             env=env, cwd=REPO_ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         )
@@ -204,6 +228,7 @@ def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float
         drain.wait(timeout=5)
     if web_dir:
         shutil.rmtree(web_dir, ignore_errors=True)
+    traced = traced_growth(Path(config_dir)) if tracemalloc_every else None
     shutil.rmtree(config_dir, ignore_errors=True)
     first, last = samples[0], samples[-1]
     return {
@@ -213,7 +238,7 @@ def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float
         "warmup_seconds": warmup_seconds,
         "clusters": clusters,
         "poll_interval": poll_interval,
-        "workload_tps_per_cluster": tps,
+        "workload_tps": tps,  # per cluster
         "tls_basic_auth": tls_auth,
         "workload": {
             "committed": sum(w.stats.committed for w in workloads),
@@ -225,7 +250,8 @@ def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float
         "scrapes": scrapes,
         "scrape_errors": scrape_errors,
         "up_at_end": up,
-        "late_series_at_end": late_series,
+        "late_series_at_end": late_series == clusters,  # every cluster's hanging one
+        "late_series_count_at_end": late_series,
         "rss_mib_start": first["rss_mib"],
         "rss_mib_end": last["rss_mib"],
         "rss_mib_max": max(s["rss_mib"] for s in samples),
@@ -234,6 +260,28 @@ def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float
         "open_fds_max": max(s["open_fds"] for s in samples),
         "samples": samples,
         "serve_exit_code": code,
+        **({"tracemalloc": traced} if traced is not None else {}),
+    }
+
+
+def traced_growth(directory: Path) -> dict[str, Any]:
+    """Traced size of every snapshot and what grew most from the first to the last."""
+    import tracemalloc
+
+    paths = sorted(directory.glob("*.snap"))
+    if len(paths) < 2:
+        return {"snapshots": len(paths)}
+    first, last = (tracemalloc.Snapshot.load(str(p)) for p in (paths[0], paths[-1]))
+    sizes = [round(sum(t.size for t in tracemalloc.Snapshot.load(str(p)).traces) / 2**20, 3)
+             for p in paths]
+    return {
+        "snapshots": len(paths),
+        "traced_mib": sizes,
+        "top_differences_first_to_last": [
+            {"where": str(d.traceback[0]), "size_diff_kib": round(d.size_diff / 1024, 1),
+             "count_diff": d.count_diff}
+            for d in last.compare_to(first, "lineno")[:10]
+        ],
     }
 
 
@@ -246,12 +294,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clusters", type=int, default=1,
                         help="simulated clusters polled by the one serve process")
     parser.add_argument("--poll-interval", default="1s", help="every cluster's poll interval")
+    parser.add_argument("--tracemalloc-every", type=float, default=0.0, metavar="SECONDS",
+                        help="run serve under tracemalloc, a snapshot every SECONDS")
     parser.add_argument("--warmup-seconds", type=float, default=30.0)
     parser.add_argument("--tls-auth", action="store_true",
                         help="serve /metrics over HTTPS with basic auth (bcrypt) and scrape so")
     args = parser.parse_args(argv)
     result = run(args.minutes, args.sample_seconds, args.tps, args.warmup_seconds,
-                 args.tls_auth, args.clusters, args.poll_interval)
+                 args.tls_auth, args.clusters, args.poll_interval, args.tracemalloc_every)
     emit(result)
     print(f"soak {args.minutes:g} min: RSS {result['rss_mib_start']} -> {result['rss_mib_end']} MiB"
           f" (max {result['rss_mib_max']}), fds {result['open_fds_start']} -> "
