@@ -123,6 +123,14 @@ class ClusterClient:
         self.down: dict[int, CollectError] = {}
         self.timeout_seconds = settings.request_timeout_seconds
         self._last_full_metadata: tuple[int, bytes, MetadataView] | None = None
+        self._on_metadata_change: list[Callable[[], None]] = []
+
+    def on_metadata_change(self, forget: Callable[[], None]) -> None:
+        """Call `forget` when a full Metadata answer differs from the last one, before it is
+        parsed: a cache built from the previous view (batches keyed on its `by_leader`) lets
+        go of it then, so the old and the new view are never alive at once (at 1M partitions
+        each is ~100 MiB: benchmarks/RESULTS.md, bench_metadata_rss.py)."""
+        self._on_metadata_change.append(forget)
 
     def begin_poll(self) -> None:
         self.down.clear()
@@ -223,6 +231,11 @@ class ClusterClient:
         cached = self._last_full_metadata
         if cached is not None and cached[0] == version and cached[1] == identity:
             return _share_view(cached[2])
+        # Changed: the previous parse and what was built from it go before the new parse.
+        self._last_full_metadata = None
+        cached = None
+        for forget in self._on_metadata_change:
+            forget()
         view = _decode_metadata(payload, version)
         self._last_full_metadata = (version, identity, view)
         return _share_view(view)

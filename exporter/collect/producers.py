@@ -108,6 +108,13 @@ class ProducerStateReader:
         self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
         """Screened partitions with LSO < HW: (leader, offsets, open entries) of the last
         DescribeProducers answer, reused while the session reports the offsets unchanged."""
+        client.on_metadata_change(self._forget_batches)
+
+    def _forget_batches(self) -> None:
+        """Metadata changed: the batches and the split were built from the previous view's
+        `by_leader` (never reused for another): dropped now, not after the next parse."""
+        self._cached_requests = None
+        self._split_cache = None
 
     def crowded_partitions(self) -> int:
         return len(self._crowded)
@@ -194,7 +201,7 @@ class ProducerStateReader:
             and cached[1] == self._crowded_version
         ):
             return cached[2], cached[3]
-        if cached is not None and cached[0] is not by_leader:
+        if cached is None or cached[0] is not by_leader:
             self._forget_unlisted(leaders)
         crowded_by_topic: dict[str, set[int]] = {}
         for tp in (*self._crowded, *self._too_large):
