@@ -60,6 +60,7 @@ from kafka_sim.seed import (
 )
 
 from exporter.collect import connection as connection_module
+from exporter.collect import fastdecode
 from exporter.collect.poll import ClusterPoller
 from exporter.settings import ClusterSettings
 
@@ -79,12 +80,26 @@ class Traffic:
         self.bytes.clear()
         self.requests.clear()
 
+    def poll_row(self, obs: Any) -> dict[str, Any]:
+        """What one poll (counted since `reset`) received and sent, and what it found."""
+        return {
+            "bytes": sum(self.bytes.values()),
+            "describe_producers_bytes": self.bytes["DescribeProducersRequest"],
+            "list_offsets_bytes": self.bytes["ListOffsetsRequest"],
+            "fetch_bytes": self.bytes["FetchRequest"],
+            "requests": sum(self.requests.values()),
+            "requests_by_api": dict(self.requests),
+            "bytes_by_api": dict(self.bytes),
+            "open": len(obs.open_transactions),
+            "unobserved": len(obs.unobserved),
+        }
+
 
 @contextmanager
 def counting(traffic: Traffic) -> Iterator[None]:
     cls = connection_module.BrokerConnection
     original_send = cls._send
-    original_decode = connection_module.decode_response
+    original_decode = fastdecode.decode_response
 
     def wrap(name: str, decode: Callable[[bytes, int], Any]) -> Callable[[bytes, int], Any]:
         def counted(payload: bytes, version: int) -> Any:
@@ -194,16 +209,8 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
             wall = time.perf_counter() - wall0
             cpu = time.thread_time() - cpu0
             proc = time.process_time() - proc0
-            rows.append({
-                "bytes": sum(traffic.bytes.values()),
-                "describe_producers_bytes": traffic.bytes["DescribeProducersRequest"],
-                "list_offsets_bytes": traffic.bytes["ListOffsetsRequest"],
-                "fetch_bytes": traffic.bytes["FetchRequest"],
-                "requests": sum(traffic.requests.values()),
-                "requests_by_api": dict(traffic.requests),
-                "exporter_cpu_s": cpu, "sim_cpu_s": max(0.0, proc - cpu), "wall_s": wall,
-                "open": len(obs.open_transactions), "unobserved": len(obs.unobserved),
-            })
+            rows.append({**traffic.poll_row(obs), "exporter_cpu_s": cpu,
+                         "sim_cpu_s": max(0.0, proc - cpu), "wall_s": wall})
     finally:
         poller.close()
     med = {k: statistics.median(r[k] for r in rows) for k in (

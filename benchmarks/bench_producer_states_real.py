@@ -355,19 +355,7 @@ def measure(
         walls += time.perf_counter() - wall0
         for k, v in jvm1.items():
             busy[k] = busy.get(k, 0.0) + v - jvm0.get(k, 0.0)
-        rows.append({
-            "bytes": sum(traffic.bytes.values()),
-            "describe_producers_bytes": traffic.bytes["DescribeProducersRequest"],
-            "list_offsets_bytes": traffic.bytes["ListOffsetsRequest"],
-            "fetch_bytes": traffic.bytes["FetchRequest"],
-            "requests": sum(traffic.requests.values()),
-            "requests_by_api": dict(traffic.requests),
-            "bytes_by_api": dict(traffic.bytes),
-            "exporter_cpu_s": cpu,
-            "wall_s": wall,
-            "open": len(obs.open_transactions),
-            "unobserved": len(obs.unobserved),
-        })  # fmt: skip
+        rows.append({**traffic.poll_row(obs), "exporter_cpu_s": cpu, "wall_s": wall})
     jmx_after = request_metrics(cluster)
     med: dict[str, Any] = {
         k: statistics.median(r[k] for r in rows)
