@@ -94,7 +94,7 @@ class ProducerStateReader:
         ) = None
         self._crowded: dict[TopicPartition, int] = {}
         """Partitions whose last DescribeProducers answer held SCREEN_FROM_STATES or more
-        producer states, with that count (pruned to Metadata at each full sweep)."""
+        producer states, with that count (pruned to Metadata when it changes)."""
         self._crowded_version = 0
         """Changes with `_crowded`, `_ask_alone` and `_too_large`: built batches are stale."""
         self._ask_alone: set[TopicPartition] = set()
@@ -102,7 +102,7 @@ class ProducerStateReader:
         request until answered (their counts are learnt then)."""
         self._too_large: set[TopicPartition] = set()
         """Partitions whose answer alone crossed `max_response_bytes`: not asked again
-        (ANSWER_TOO_LARGE), screened with ListOffsets instead."""
+        (ANSWER_TOO_LARGE), screened instead."""
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
         self._screen = Screen(client)
         self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}

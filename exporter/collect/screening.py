@@ -196,7 +196,8 @@ class Screen:
     ) -> bool:
         """Screen the leader's partitions with offsets through its session; False when the
         broker cannot hold one (Fetch older than v7), so that ListOffsets reads them."""
-        for attempt in range(2):
+        retried = False
+        while True:
             full = at.epoch == 0
             if full:
                 send = {tp: offsets.high_watermark for tp, offsets in at.offsets.items()}
@@ -215,9 +216,10 @@ class Screen:
                 state.error(leader, "Fetch", exc.kind)
                 self._in_doubt(leader, at, result, reported)
                 return True
-            if response.error_code in SESSION_ERRORS and attempt == 0:
+            if response.error_code in SESSION_ERRORS and not retried:
                 state.error(leader, "Fetch", error_name(response.error_code))
                 at.reset()
+                retried = True
                 continue
             if response.error_code:
                 state.error(leader, "Fetch", error_name(response.error_code))
@@ -225,7 +227,6 @@ class Screen:
                 return True
             self._answered(leader, at, send, forget, full, response, state, result, reported)
             return True
-        return True  # not reached: the second attempt returns
 
     def _in_doubt(
         self, leader: int, at: _Leader, result: ScreenResult, reported: set[TopicPartition]
