@@ -729,49 +729,24 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
 
     session = context.session if context.kind is ContextKind.INCREMENTAL else None
     rules = any(rule.api_key == 1 for rule in state.errors)
-    partitions_of: dict[str, list[Partition] | None] = {}
+    readable: dict[str, bool] = {}
     for key, rp in context.partitions():
         name = rp.topic
-        if session is not None and not rules and name is not None:
-            # The common case of an incremental fetch, decided without building an answer:
-            # a readable partition this broker leads, read at or above the offset reads stop
-            # at, whose high watermark and log start offset the session already holds, is
-            # left out of the answer (CachedPartition.maybeUpdateResponseData).
-            if name in partitions_of:
-                of_topic = partitions_of[name]
-            else:
-                t = state.topics.get(name)
-                of_topic = partitions_of[name] = (
-                    t.partitions if t is not None
-                    and state.authorized(ctx.principal, "READ", name) else None)
-            p = (of_topic[rp.partition]
-                 if of_topic is not None and 0 <= rp.partition < len(of_topic) else None)
-            log = p.log if p is not None else None
-            if (
-                p is not None and log is not None and p.leader_id == ctx.broker_id
-                and (v < 9 or rp.current_leader_epoch in (-1, p.leader_epoch))
-            ):
-                cached = session.partitions[key]
-                hw = log.high_watermark
-                offset = rp.fetch_offset
-                if (
-                    cached.high_watermark == hw
-                    and cached.local_log_start_offset == log.log_start_offset
-                    and offset <= log.log_end_offset
-                    and (offset >= hw or (read_committed and offset >= log.last_stable_offset))
-                ):
-                    continue
         if name is None:
             erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_ID, [])))
             continue
-        if not state.authorized(ctx.principal, "READ", name):
+        allowed = readable.get(name)
+        if allowed is None:
+            allowed = readable[name] = state.authorized(ctx.principal, "READ", name)
+        if not allowed:
             erroneous.append((key, failed(rp.partition, TOPIC_AUTHORIZATION_FAILED, [])))
             continue
         p = state.partition(name, rp.partition)
         if p is None:
             erroneous.append((key, failed(rp.partition, UNKNOWN_TOPIC_OR_PARTITION, [])))
             continue
-        error = state.injected_error(1, ctx.broker_id, topic=name, partition=rp.partition)
+        error = (state.injected_error(1, ctx.broker_id, topic=name, partition=rp.partition)
+                 if rules else None)
         if error is None:
             error = NONE
             if not _leads(p, ctx.broker_id):
@@ -791,10 +766,16 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
         if error != NONE:
             read.append((key, failed(rp.partition, error, None)))
             continue
+        upper = lso if read_committed else hw
+        if session is not None and log is not None and rp.fetch_offset >= upper:
+            cached = session.partitions[key]
+            if cached.high_watermark == hw and cached.local_log_start_offset == start:
+                # Nothing to read, nothing moved: CachedPartition.maybeUpdateResponseData
+                # leaves it out of an incremental answer, so no answer is built for it.
+                continue
         records = b""
         aborted: list[Any] | None = None
         if log is not None:
-            upper = lso if read_committed else hw
             limit = max(0, min(rp.partition_max_bytes, remaining))
             records, end = log.read(rp.fetch_offset, limit, upper, min_one=min_one)
             if records:
