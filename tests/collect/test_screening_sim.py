@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,9 +16,10 @@ import pytest
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import open_transaction
 from kafka_sim.seed import seed_producer_states
+from screening_probes import describe_producers_asked
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
-from exporter.collect import producers, screening
+from exporter.collect import screening
 from exporter.collect.poll import ClusterPoller
 from exporter.collect.producers import SCREEN_FROM_STATES
 from exporter.model import TopicPartition
@@ -32,23 +33,7 @@ STATES = 40
 
 @contextmanager
 def asked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[tuple[str, int]]]:
-    """Every partition put in a DescribeProducers request sent, counted (at each send: the
-    reader keeps built batches between polls)."""
-    counts: Counter[tuple[str, int]] = Counter()
-    make = producers.describe_producers_request
-
-    def counting(batch: Sequence[tuple[str, Sequence[int]]]) -> Any:
-        build = make(batch)
-
-        def sent(connection: Any) -> Any:
-            for topic, indexes in batch:
-                counts.update((topic, p) for p in indexes)
-            return build(connection)
-
-        return sent
-
-    monkeypatch.setattr(producers, "describe_producers_request", counting)
-    yield counts
+    yield describe_producers_asked(monkeypatch)
 
 
 def crowd(sim: SimCluster, topic: str, states: int, rng_seed: int = 0) -> None:

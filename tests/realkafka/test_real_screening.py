@@ -7,17 +7,16 @@ did not move (docs/kafka-semantics.md#fetch-sessions)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from kafka_sim.producer import open_transaction
 from kafka_sim.realkafka import RealKafkaCluster
 from realhelpers import cluster_settings, create_topic, idempotent_write, unique
+from screening_probes import describe_producers_asked
 from waits import wait_for
 
-from exporter.collect import producers, screening
+from exporter.collect import screening
 from exporter.collect.poll import ClusterPoller
 from exporter.collect.producers import SCREEN_FROM_STATES
 
@@ -31,20 +30,7 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
     for p in range(PARTITIONS):
         for _ in range(SCREEN_FROM_STATES + 1):  # short-lived idempotent producers
             idempotent_write(real_kafka.bootstrap, topic, p)
-    asked: Counter[tuple[str, int]] = Counter()
-    make = producers.describe_producers_request
-
-    def counting(batch: Sequence[tuple[str, Sequence[int]]]) -> Any:
-        build = make(batch)
-
-        def sent(connection: Any) -> Any:
-            for name, indexes in batch:
-                asked.update((name, p) for p in indexes)
-            return build(connection)
-
-        return sent
-
-    monkeypatch.setattr(producers, "describe_producers_request", counting)
+    asked = describe_producers_asked(monkeypatch)
     answers: list[tuple[int, set[int]]] = []  # (session id, partitions of the topic)
     decode = screening._DECODE_FETCH
 

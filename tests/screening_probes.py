@@ -1,0 +1,31 @@
+"""What the poller asks of DescribeProducers, counted for the screening tests (issue 28)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from exporter.collect import producers
+
+
+def describe_producers_asked(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, int]]:
+    """Every partition put in a DescribeProducers request sent, counted (at each send: the
+    reader keeps built batches between polls)."""
+    counts: Counter[tuple[str, int]] = Counter()
+    make = producers.describe_producers_request
+
+    def counting(batch: Sequence[tuple[str, Sequence[int]]]) -> Any:
+        build = make(batch)
+
+        def sent(connection: Any) -> Any:
+            for topic, indexes in batch:
+                counts.update((topic, p) for p in indexes)
+            return build(connection)
+
+        return sent
+
+    monkeypatch.setattr(producers, "describe_producers_request", counting)
+    return counts
