@@ -500,9 +500,15 @@ def _parse_cluster_file(raw: Any, path: str) -> dict[str, Any]:
 
 
 def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
-    for key in ("mechanism", "username"):
-        if key not in raw:
-            raise ConfigError(f"{path}.{key}: required when sasl is configured")
+    if "mechanism" not in raw:
+        raise ConfigError(f"{path}.mechanism: required when sasl is configured")
+    return _SASL_BUILDERS[raw["mechanism"]](raw, path, env)
+
+
+def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
+    """PLAIN and SCRAM: a user name and a password from a file or an environment variable."""
+    if "username" not in raw:
+        raise ConfigError(f"{path}.username: required when sasl is configured")
     password_file = raw.get("password_file")
     password_env = raw.get("password_env")
     if (password_file is None) == (password_env is None):
@@ -520,6 +526,14 @@ def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslS
     if not password:
         raise ConfigError(f"{path}: the password is empty")
     return SaslSettings(mechanism=raw["mechanism"], username=raw["username"], password=password)
+
+
+_SASL_BUILDERS: dict[str, Callable[[dict[str, Any], str, Mapping[str, str]], SaslSettings]] = {
+    "PLAIN": _build_password_sasl,
+    "SCRAM-SHA-256": _build_password_sasl,
+    "SCRAM-SHA-512": _build_password_sasl,
+}
+"""One builder per mechanism of SASL_MECHANISMS; each checks the fields its mechanism needs."""
 
 
 def _build_tls(raw: dict[str, Any], path: str) -> TlsSettings:

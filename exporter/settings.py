@@ -18,9 +18,12 @@ class TlsSettings:
 
 @dataclass(frozen=True, slots=True)
 class SaslSettings:
-    mechanism: str  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
-    username: str
-    password: str = field(repr=False)
+    """`mechanism` picks which of the other fields apply: `username` and `password` for PLAIN
+    and SCRAM; each other mechanism has a record of its own below."""
+
+    mechanism: str
+    username: str = ""
+    password: str = field(default="", repr=False)
 
 
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024

@@ -57,6 +57,7 @@ from exporter.collect.fastencode import (
     encode_list_offsets,
 )
 from exporter.collect.parse import CLEANUP_POLICY_CONFIG, PARTITION_VERIFICATION_CONFIG
+from exporter.collect.sasl.logins import make_login
 from exporter.model import FinalizedFeatures, TopicPartition
 from exporter.settings import ClusterSettings
 
@@ -114,6 +115,7 @@ class ClusterClient:
                 client_id=settings.client_id,
                 ssl_context=ssl_context,
                 sasl=settings.sasl,
+                login=make_login(settings.sasl) if settings.sasl is not None else None,
                 connect_timeout_seconds=settings.request_timeout_seconds,
                 max_response_bytes=settings.max_response_bytes,
             )

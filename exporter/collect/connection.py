@@ -10,7 +10,8 @@ by a poller that may run from any scheduler thread. So this module keeps only wh
   Kafka answers them in order, a late answer to a timed-out request is simply dropped);
 - ApiVersions negotiation per broker, so each request uses the best version both sides support;
 - TLS through an `ssl.SSLContext` built from `TlsSettings`;
-- SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512 via kafka-python's mechanism classes.
+- SASL via kafka-python's mechanism classes, with the options the cluster's login gives
+  (`exporter/collect/sasl/`: one login per cluster, shared by its connections).
 
 Encoding and decoding are kafka-python's generated protocol classes (`kafka.protocol.*`),
 except for a `fastencode.LeanRequest` (DescribeProducers, ListOffsets: body written by hand)
@@ -37,6 +38,7 @@ from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
 from exporter.collect.parse import parse_finalized_features
+from exporter.collect.sasl.login import SaslLogin
 from exporter.model import FinalizedFeatures
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
 from exporter.tlsfiles import load_cert_chain, require_regular_file
@@ -113,6 +115,9 @@ class ConnectionOptions:
     client_id: str
     ssl_context: ssl.SSLContext | None = None
     sasl: SaslSettings | None = None
+    login: SaslLogin | None = None
+    """The cluster's login for `sasl` (`exporter.collect.sasl.logins.make_login`), shared by
+    every connection; made per connection when not given."""
     connect_timeout_seconds: float = 10.0
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     """Frames above this fail the connection as soon as their 4-byte length is read."""
@@ -250,13 +255,18 @@ class BrokerConnection:
         # SASL needs (its mechanisms), and `scan` of a cluster without SASL should not load.
         from kafka.net.sasl import get_sasl_mechanism
 
+        login = self._options.login
+        if login is None:
+            from exporter.collect.sasl.logins import make_login
+
+            login = make_login(sasl)
+        options = await login.mechanism_options()
         try:
             mechanism = get_sasl_mechanism(sasl.mechanism)(
                 host=self.host,
                 security_protocol=security_protocol,
                 sasl_mechanism=sasl.mechanism,
-                sasl_plain_username=sasl.username,
-                sasl_plain_password=sasl.password,
+                **options,
             )
         except (KeyError, kafka_errors.KafkaError) as exc:
             raise AuthenticationFailed(f"unsupported SASL mechanism {sasl.mechanism}") from exc

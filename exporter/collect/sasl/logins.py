@@ -1,0 +1,39 @@
+"""The login for each SASL mechanism the exporter speaks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.collect.sasl.login import SaslLogin
+from exporter.settings import SaslSettings
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordLogin:
+    """PLAIN and SCRAM: a user name and a password, nothing to renew."""
+
+    sasl: SaslSettings
+
+    @property
+    def mechanism(self) -> str:
+        return self.sasl.mechanism
+
+    async def mechanism_options(self) -> dict[str, Any]:
+        return {
+            "sasl_plain_username": self.sasl.username,
+            "sasl_plain_password": self.sasl.password,
+        }
+
+
+LOGINS: dict[str, Callable[[SaslSettings], SaslLogin]] = {
+    "PLAIN": PasswordLogin,
+    "SCRAM-SHA-256": PasswordLogin,
+    "SCRAM-SHA-512": PasswordLogin,
+}
+
+
+def make_login(sasl: SaslSettings) -> SaslLogin:
+    """The cluster's login; make it once per cluster and pass it to every connection."""
+    return LOGINS[sasl.mechanism](sasl)
