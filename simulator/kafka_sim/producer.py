@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
+from kafka.protocol.admin import DescribeTransactionsRequest
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import (
     AddPartitionsToTxnRequest,
@@ -60,6 +61,7 @@ ADD_PARTITIONS_TO_TXN_VERSIONS = VersionRange(0, 3)
 PRODUCE_VERSIONS = VersionRange(3, 9)
 END_TXN_VERSIONS = VersionRange(0, 3)
 TV2_END_TXN_VERSIONS = VersionRange(5, 5)  # KIP-890 part 2: the epoch is bumped on each end
+DESCRIBE_TRANSACTIONS_VERSIONS = VersionRange(0, 0)
 HANGING_PRODUCE_VERSIONS = VersionRange(3, 11)  # v11 as the capture's hang-1
 # Enable2Pc exists from v6 (KIP-939; Kafka 4.x marks v6 unstable: the broker offers it only with
 # unstable.api.versions.enable=true).
@@ -343,6 +345,31 @@ class RawProducer:
             self.producer_epoch = int(answer[0].producer_epoch)
             self._sequences.clear()
 
+    def await_markers_written(self) -> None:
+        """Return once the coordinator has written the markers of the transaction just ended.
+
+        EndTxn is answered when the coordinator has logged PrepareCommit or PrepareAbort; the
+        markers reach the partitions after that, and until then each partition still holds the
+        transaction open (docs/kafka-semantics.md#endtxn-returns-before-the-markers). A caller
+        that needs the transaction over everywhere waits here for the coordinator's own state
+        to leave Prepare*, never for a fixed time."""
+
+        def send(client: RawKafkaClient) -> int:
+            version = client.api_version(
+                DescribeTransactionsRequest.API_KEY, DESCRIBE_TRANSACTIONS_VERSIONS
+            )
+            resp = client.request(
+                DescribeTransactionsRequest[version](transactional_ids=[self.transactional_id])
+            )
+            (state,) = resp.transaction_states
+            if state.error_code != NONE:
+                return int(state.error_code)
+            if state.transaction_state in ("PrepareCommit", "PrepareAbort"):
+                return CONCURRENT_TRANSACTIONS  # markers still on their way: ask again
+            return NONE
+
+        self._retry_coordinator(f"DescribeTransactions({self.transactional_id})", send)
+
     def result(self, outcome: str) -> TransactionResult:
         return TransactionResult(
             transactional_id=self.transactional_id,
@@ -409,16 +436,24 @@ class OpenTransaction:
             self._producer.produce(topic, partition, group, transactional=True) for group in groups
         ]
 
-    def commit(self) -> TransactionResult:
+    def commit(self, *, wait_for_markers: bool = True) -> TransactionResult:
+        """EndTxn(commit); by default it returns once the markers are written, when the
+        transaction is over on every partition it touched. A caller that holds markers back
+        (or churns and does not care) passes `wait_for_markers=False`."""
         self._finish()
         self._producer.end_txn(commit=True)
+        if wait_for_markers:
+            self._producer.await_markers_written()
         result = self._producer.result("committed")
         self._producer.close()
         return result
 
-    def abort(self) -> TransactionResult:
+    def abort(self, *, wait_for_markers: bool = True) -> TransactionResult:
+        """EndTxn(abort), waiting for the markers like `commit`."""
         self._finish()
         self._producer.end_txn(commit=False)
+        if wait_for_markers:
+            self._producer.await_markers_written()
         result = self._producer.result("aborted")
         self._producer.close()
         return result
@@ -498,10 +533,15 @@ def committed_transaction(
     transactional_id: str,
     topic: str,
     partitions: Sequence[int] | PartitionRecords = (0,),
+    *,
+    wait_for_markers: bool = True,
     **options: Unpack[WholeTransactionOptions],
 ) -> TransactionResult:
-    """A complete transaction: InitProducerId, AddPartitionsToTxn, Produce, EndTxn(commit)."""
-    return _whole_transaction(bootstrap, transactional_id, topic, partitions, options).commit()
+    """A complete transaction: InitProducerId, AddPartitionsToTxn, Produce, EndTxn(commit),
+    by default waiting until its markers are written (`OpenTransaction.commit`)."""
+    return _whole_transaction(bootstrap, transactional_id, topic, partitions, options).commit(
+        wait_for_markers=wait_for_markers
+    )
 
 
 def aborted_transaction(
@@ -509,10 +549,14 @@ def aborted_transaction(
     transactional_id: str,
     topic: str,
     partitions: Sequence[int] | PartitionRecords = (0,),
+    *,
+    wait_for_markers: bool = True,
     **options: Unpack[WholeTransactionOptions],
 ) -> TransactionResult:
     """Like `committed_transaction` but ends with EndTxn(abort)."""
-    return _whole_transaction(bootstrap, transactional_id, topic, partitions, options).abort()
+    return _whole_transaction(bootstrap, transactional_id, topic, partitions, options).abort(
+        wait_for_markers=wait_for_markers
+    )
 
 
 def _whole_transaction(

@@ -197,7 +197,7 @@ class Workload:
             self._thread.join(timeout_s)
         for _, txn in self._open:
             try:
-                txn.commit()
+                txn.commit(wait_for_markers=False)
             except Exception:  # the cluster may already be gone at shutdown
                 txn.close_quietly()
         self._open.clear()
@@ -222,7 +222,7 @@ class Workload:
         due = [item for item in self._open if item[0] <= now]
         for item in due:
             self._open.remove(item)
-            item[1].commit()
+            item[1].commit(wait_for_markers=False)
             self.stats.long_running_finished += 1
         n = next(self._ids)
         partition = self._rng.choice(self.partitions)
@@ -239,9 +239,11 @@ class Workload:
             self.stats.long_running_started += 1
         elif roll < self.long_running_ratio + self.abort_ratio:
             txn_id = f"{self.id_prefix}-abort-{n % 16}"
-            aborted_transaction(self.bootstrap, txn_id, self.topic, [partition], **common)
+            aborted_transaction(self.bootstrap, txn_id, self.topic, [partition], **common,
+                                wait_for_markers=False)
             self.stats.aborted += 1
         else:
             txn_id = f"{self.id_prefix}-commit-{n % 16}"
-            committed_transaction(self.bootstrap, txn_id, self.topic, [partition], **common)
+            committed_transaction(self.bootstrap, txn_id, self.topic, [partition], **common,
+                                  wait_for_markers=False)
             self.stats.committed += 1

@@ -110,7 +110,7 @@ def test_late_coordinator_tracked_transaction(env: PollEnv) -> None:
     leader = env.leader("t", 1)
     txn = open_transaction(env.bootstrap, "tracked-1", "t", [1], now_ms=env.now_ms)
     env.sim.block_markers(leader, True)
-    txn.commit()
+    txn.commit(wait_for_markers=False)
     env.sim.clock.advance(10 * MINUTE_MS)
     obs, snap = env.poll()
     (late,) = snap.late_transactions

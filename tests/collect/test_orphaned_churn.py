@@ -30,6 +30,7 @@ from kafka_sim.producer import (
     open_transaction,
 )
 from simhelpers import CAPTURE_BROKER_CONFIG, poll_env
+from waits import wait_for
 
 from exporter.model import ClusterSnapshot
 
@@ -38,6 +39,7 @@ POLLS = 60  # 30 simulated minutes
 PARTITIONS = 6
 TOPIC = "churn"
 TRANSACTIONAL_IDS = 32  # re-used: each new producer of an id bumps its epoch
+STEPS_BETWEEN_POLLS = 3
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Churn:
     stop: threading.Event = field(default_factory=threading.Event)
     _open: list[tuple[int, str, OpenTransaction]] = field(default_factory=list)
     _n: int = 0
+    steps: int = 0
+    """Steps finished (with or without an error): the test waits on it between polls."""
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -61,6 +65,7 @@ class Churn:
                 self.step()
             except Exception as exc:  # fenced, timed out under us, coordinator moved ...
                 self.stats[f"error {type(exc).__name__}"] += 1
+            self.steps += 1
             time.sleep(0.002)
         for _, _, txn in self._open:
             txn.close_quietly()
@@ -70,10 +75,11 @@ class Churn:
         for item in [i for i in self._open if i[0] <= polls]:
             self._open.remove(item)
             _, ending, txn = item
+            # Churn does not wait for markers (they may be held back): it only ends them.
             if ending == "commit":
-                txn.commit()
+                txn.commit(wait_for_markers=False)
             elif ending == "abort":
-                txn.abort()
+                txn.abort(wait_for_markers=False)
             else:
                 txn.abandon()  # the coordinator times it out
             self.stats[f"long {ending}"] += 1
@@ -92,10 +98,12 @@ class Churn:
             self._open.append((polls + self.rng.randint(1, 4), ending, txn))
             self.stats["long started"] += 1
         elif roll < 0.45:
-            aborted_transaction(self.bootstrap, tid, TOPIC, partitions, **options)
+            aborted_transaction(self.bootstrap, tid, TOPIC, partitions, **options,
+                                wait_for_markers=False)
             self.stats["short aborted"] += 1
         else:
-            committed_transaction(self.bootstrap, tid, TOPIC, partitions, **options)
+            committed_transaction(self.bootstrap, tid, TOPIC, partitions, **options,
+                                  wait_for_markers=False)
             self.stats["short committed"] += 1
 
 
@@ -152,7 +160,10 @@ def test_thirty_minutes_of_churn_report_no_healthy_transaction_orphaned() -> Non
                     pid, epoch, offset = hanging_transaction(
                         env.bootstrap, "injected-hang", TOPIC, 0, now_ms=env.now_ms)
                     hang_key = (TOPIC, 0, pid, epoch, offset)
-                time.sleep(0.05)  # let the workload run between polls too
+                # The workload also runs between polls: at least STEPS_BETWEEN_POLLS steps of
+                # it, however busy the machine (it keeps running during the poll too).
+                target = churn.steps + STEPS_BETWEEN_POLLS
+                wait_for("the churn's steps between polls", lambda t=target: churn.steps >= t)
                 obs, snap = env.poll()
                 asked += len(obs.descriptions)
                 snapshots.append(snap)
@@ -170,8 +181,8 @@ def test_thirty_minutes_of_churn_report_no_healthy_transaction_orphaned() -> Non
     assert first_flagged == POLLS // 2 + 2  # seen at the injection poll, flagged 2 polls later
     for s in snapshots[:first_flagged]:
         assert all(b.partitions_with_orphaned_transactions in (0, None) for b in s.brokers)
-    # The run really exercised what it claims (not a vacuous zero); how much the workload
-    # thread gets through depends on the machine's load, hence loose bounds.
+    # The run really exercised what it claims (not a vacuous zero): at least
+    # POLLS x STEPS_BETWEEN_POLLS steps ran, whatever the machine's load.
     stats = churn.stats
     assert stats["short committed"] >= 50 and stats["short aborted"] >= 25, stats
     assert stats["long commit"] + stats["long abort"] >= 2, stats  # ended by their producer
