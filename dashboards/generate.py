@@ -8,7 +8,7 @@ Run from the repository root:
 The dashboards are built with Grafana's own SDK (`grafana-foundation-sdk`, Grafana 11.x flavour) so
 their JSON follows Grafana's schema instead of hand-edited drift. The alert rules are a plain
 Prometheus rules file (`groups:`); the Helm chart gets the same rules as a template whose
-tunables (`for:`, `keep_firing_for:`, severity, thresholds, runbook URL, exporter selector) it
+tunables (`for:`, severity, thresholds, runbook URL, exporter selector) it
 fills from its values. Tune a custom build with `--set ALERT.KEY=VALUE` (`--help`) and write it
 to another directory with `--out-dir`, keeping the checked-in defaults untouched.
 
@@ -79,13 +79,12 @@ BLUE = "blue"
 RULE_DEFAULTS: dict[str, dict[str, str]] = {
     "KafkaLateTransactions": {
         "for": "5m",
-        "holdFor": "15m",
         "severity": "critical",
         "threshold": "0",
     },
-    "KafkaHangingTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
-    "KafkaOrphanedTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
-    "KafkaTwoPhaseTransactionStuck": {"for": "5m", "holdFor": "15m", "severity": "warning"},
+    "KafkaHangingTransaction": {"for": "1m", "severity": "critical"},
+    "KafkaOrphanedTransaction": {"for": "1m", "severity": "critical"},
+    "KafkaTwoPhaseTransactionStuck": {"for": "5m", "severity": "warning"},
     "KafkaTxnExporterAbsent": {"for": "1m", "window": "1m", "severity": "critical"},
     "KafkaTxnExporterTargetDown": {"for": "2m", "severity": "warning"},
     "KafkaTxnExporterDown": {"for": "5m", "severity": "warning"},
@@ -100,9 +99,7 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
 }
 """Every rule's tunables and their defaults (the chart's `prometheusRule.rules` mirrors this).
 
-`for` delays firing; `holdFor` keeps a late/hanging/orphaned alert firing on the values of the
-cluster's last complete poll while no replica reports them (stopped, restarting, cut off from
-Kafka), so losing or restarting the exporter cannot resolve a page (`_held`); `threshold` is
+`for` delays firing; `threshold` is
 the number the rule compares against (for KafkaTxnExporterPollsStale: how many poll intervals
 without a successful poll);
 `window` is how long the exporter's series must be missing before the absence alert."""
@@ -180,14 +177,11 @@ separate series: absent when unknown, so the text says unknown rather than 0).""
 
 HOLD_NOTE = (
     " If the exporter stops or restarts, or no replica can poll the cluster, this alert keeps "
-    "firing on the last values seen for up to {hold} instead of resolving (only what the last "
-    "poll still reported is held: a transaction that ended while the exporter polled never "
-    "pages again); KafkaTxnExporterAbsent or KafkaTxnExporterDown says why."
+    "firing on the last complete verdict instead of resolving: the state is then unknown, not "
+    "resolved, until an exporter polls the cluster again (only what the last poll still "
+    "reported is held: a transaction that ended while the exporter polled never pages again); "
+    "KafkaTxnExporterAbsent or KafkaTxnExporterDown says why."
 )
-
-HOLD_RESOLUTION = "1s"
-"""Step of the hold's timestamp subqueries. It must not exceed the scrape interval: a series'
-last sample is visible to `timestamp()` only until the staleness marker one scrape later."""
 
 VERDICTS_UP = "kafka_txn_exporter_up"
 """1 in a scrape whose poll succeeded: it reports every late and hanging transaction."""
@@ -195,38 +189,59 @@ VERDICTS_ORPHANED = "kafka_txn_exporter_orphan_detection_warm"
 """1 in a scrape whose poll's orphaned verdicts are complete (the third poll after a start)."""
 
 
-def _held(alert: str, shape: str, series: str, own_labels: tuple[str, ...], verdicts: str) -> str:
-    """`shape` over the live `series`, or over the series that the cluster's last complete
-    verdict still reported, on their last values within the hold period.
+def _held(
+    record: str, shape: str, series: str, own_labels: tuple[str, ...], verdicts: str
+) -> dict[str, Any]:
+    """A recording rule: `shape` over the live `series`, or, while no replica of the cluster
+    has a complete verdict, the rule's own previous value.
 
     A page must not resolve because the exporter died, restarted or lost Kafka (its series
     vanish then), and must resolve as soon as an exporter reports the problem gone (after an
     abort) -- and stay resolved when that exporter stops later. keep_firing_for cannot tell
-    these apart, nor can "hold unless up == 1": that holds every series of the last 15 minutes,
-    and ends the hold for orphans before their two-poll verdict is back.
+    these apart, and a hold over a time window ends with a "resolved" although nothing was
+    seen to end.
 
-    So: hold a series only when its last sample is as recent as the last scrape, by any replica,
-    whose `verdicts` gauge was 1 (a complete verdict). Samples of one scrape share its
-    timestamp; a series that ended is missing from every later complete verdict, so its last
-    sample is older. Scrapes without a verdict (exporter down, starting, not yet warm, cut off
-    from Kafka) move nothing. `own_labels` are the series' labels the verdict gauge lacks."""
-    hold = _placeholder(alert, "holdFor")
-    window = f"[{hold}:{HOLD_RESOLUTION}]"
+    So the rule latches: its series is carried from evaluation to evaluation (Prometheus
+    reads the rule's own last sample) for as long as no replica's `verdicts` gauge is 1 for
+    that cluster, and is replaced by the live series at the first complete verdict -- dropped
+    when that verdict no longer reports it. Each evaluation reads instant vectors only, so the
+    cost does not grow with how long the hold lasts. `own_labels` are the series' labels the
+    verdict gauge lacks."""
     live = shape.format(series=series)
-    last_verdict = (
-        f"max without ({REPLICAS}) (max_over_time((timestamp({verdicts}) and {verdicts} == 1)"
-        f"{window}))"
-    )
-    in_last_verdict = (
-        f"max_over_time(timestamp({series}){window}) >= ignoring ({REPLICAS}, "
-        f"{', '.join(own_labels)}) group_left () {last_verdict}"
-    )
-    last_seen = shape.format(series=f"(last_over_time({series}[{hold}]) and ({in_last_verdict}))")
-    return f"{live} or {last_seen}"
+    fresh = f"max without ({REPLICAS}) ({verdicts} == 1)"
+    carried = f"{record} unless ignoring ({', '.join(own_labels)}) {fresh}"
+    return {"record": record, "expr": f"{live} or ({carried})"}
 
 
 _TRANSACTION_LABELS = ("topic", "partition", "producer_id", "producer_epoch",
                        "coordinator_epoch", "start_offset", "transactional_id")
+
+
+HELD_LATE = "cluster:kafka_partitions_with_late_transactions:held"
+HELD_HANGING = "transaction:kafka_hanging_transaction_age_seconds:held"
+HELD_ORPHANED = "transaction:kafka_orphaned_transaction_age_seconds:held"
+HELD_TWO_PHASE_STUCK = "transaction:kafka_two_phase_transaction_stuck_age_seconds:held"
+
+
+def _held_records() -> list[dict[str, Any]]:
+    """The latched series the transaction alerts fire on (`_held`), evaluated before them in
+    the same group so that an alert reads the value of the same evaluation."""
+    return [
+        # Sum over brokers within one replica, then max across replicas: two replicas that
+        # see the same late partition must not double it. `without` keeps the cluster's
+        # static labels for routing.
+        _held(HELD_LATE, f"max without ({REPLICAS}) (sum without (broker) ({{series}}))",
+              "kafka_partitions_with_late_transactions", ("broker",), VERDICTS_UP),
+        _held(HELD_HANGING, f"max without ({REPLICAS}, classification) ({{series}})",
+              'kafka_late_transaction_age_seconds{classification="hanging"}',
+              (*_TRANSACTION_LABELS, "classification"), VERDICTS_UP),
+        _held(HELD_ORPHANED, f"max without ({REPLICAS}) ({{series}})",
+              "kafka_orphaned_transaction_age_seconds", _TRANSACTION_LABELS, VERDICTS_ORPHANED),
+        # Told apart by the coordinator's answer, which comes with orphan detection.
+        _held(HELD_TWO_PHASE_STUCK, f"max without ({REPLICAS}, stuck) ({{series}})",
+              'kafka_two_phase_transaction_age_seconds{stuck="true"}',
+              (*_TRANSACTION_LABELS, "stuck"), VERDICTS_ORPHANED),
+    ]
 
 
 def _two_phase_rule() -> dict[str, Any]:
@@ -235,14 +250,7 @@ def _two_phase_rule() -> dict[str, Any]:
     stuck = "KafkaTwoPhaseTransactionStuck"
     return _rule(
         stuck,
-        _held(
-            stuck,
-            f"max without ({REPLICAS}, stuck) ({{series}})",
-            'kafka_two_phase_transaction_age_seconds{stuck="true"}',
-            (*_TRANSACTION_LABELS, "stuck"),
-            # Told apart by the coordinator's answer, which comes with orphan detection.
-            VERDICTS_ORPHANED,
-        ),
+        HELD_TWO_PHASE_STUCK,
         "Two-phase-commit transaction stuck on {{ $labels.topic }}-{{ $labels.partition }} in "
         "Kafka cluster {{ $labels.cluster }}",
         "The two-phase-commit (KIP-939) transaction of transactional id "
@@ -255,7 +263,7 @@ def _two_phase_rule() -> dict[str, Any]:
         "aborts it, and until then read_committed consumers of this partition are stuck at "
         "offset {{ $labels.start_offset }}. Bring the external coordinator back; aborting "
         "it (abort --force-two-phase) is the last resort, see the runbook."
-        + HOLD_NOTE.format(hold=_placeholder(stuck, "holdFor")),
+        + HOLD_NOTE,
     )
 
 
@@ -266,19 +274,10 @@ def rules_template() -> dict[str, Any]:
     orphaned = "KafkaOrphanedTransaction"
     stale = "KafkaTxnExporterPollsStale"
     transactions = [
+        *_held_records(),
         _rule(
             late,
-            # Sum over brokers within one replica, then max across replicas: two replicas that
-            # see the same late partition must not double it. `without` keeps the cluster's
-            # static labels for routing.
-            _held(
-                late,
-                f"max without ({REPLICAS}) "
-                "(sum without (broker) ({series})) > " + _placeholder(late, "threshold"),
-                "kafka_partitions_with_late_transactions",
-                ("broker",),
-                VERDICTS_UP,
-            ),
+            f"{HELD_LATE} > " + _placeholder(late, "threshold"),
             "{{ $value }} partition(s) of Kafka cluster {{ $labels.cluster }} have a late "
             "transaction",
             "Partitions of cluster {{ $labels.cluster }} have an open transaction older than "
@@ -288,17 +287,11 @@ def rules_template() -> dict[str, Any]:
             "cannot be compacted or deleted beyond it. Find the partitions in the 'Late "
             "transactions' table of the Kafka transactions dashboard; a KafkaHangingTransaction "
             "alert names each one the coordinator no longer tracks."
-            + HOLD_NOTE.format(hold=_placeholder(late, "holdFor")),
+            + HOLD_NOTE,
         ),
         _rule(
             hanging,
-            _held(
-                hanging,
-                f"max without ({REPLICAS}, classification) ({{series}})",
-                'kafka_late_transaction_age_seconds{classification="hanging"}',
-                (*_TRANSACTION_LABELS, "classification"),
-                VERDICTS_UP,
-            ),
+            HELD_HANGING,
             "Hanging transaction on {{ $labels.topic }}-{{ $labels.partition }} in Kafka cluster "
             "{{ $labels.cluster }}",
             "Producer {{ $labels.producer_id }} (epoch {{ $labels.producer_epoch }}, "
@@ -313,17 +306,11 @@ def rules_template() -> dict[str, Any]:
             + " After the checks in the runbook, abort it with: kafka-transactions.sh "
             "--bootstrap-server <broker> abort "
             "--topic {{ $labels.topic }} --partition {{ $labels.partition }} --start-offset "
-            "{{ $labels.start_offset }}." + HOLD_NOTE.format(hold=_placeholder(hanging, "holdFor")),
+            "{{ $labels.start_offset }}." + HOLD_NOTE,
         ),
         _rule(
             orphaned,
-            _held(
-                orphaned,
-                f"max without ({REPLICAS}) ({{series}})",
-                "kafka_orphaned_transaction_age_seconds",
-                _TRANSACTION_LABELS,
-                VERDICTS_ORPHANED,
-            ),
+            HELD_ORPHANED,
             "Orphaned transaction on {{ $labels.topic }}-{{ $labels.partition }} in Kafka "
             "cluster {{ $labels.cluster }}",
             "Producer {{ $labels.producer_id }} (epoch {{ $labels.producer_epoch }}, "
@@ -337,7 +324,7 @@ def rules_template() -> dict[str, Any]:
             + BLOCKED_GROUPS_NOTE
             + " Once it is late, KafkaHangingTransaction fires for it too. Confirm and abort it "
             "as the runbook says."
-            + HOLD_NOTE.format(hold=_placeholder(orphaned, "holdFor")),
+            + HOLD_NOTE,
         ),
         _two_phase_rule(),
     ]
@@ -353,8 +340,9 @@ def rules_template() -> dict[str, Any]:
             + "} for "
             + _placeholder(absent, "window")
             + ": the exporter is stopped, crashing, or not scraped. Nothing watches Kafka "
-            "transactions now; late and hanging transaction alerts that were firing keep "
-            "firing for their hold period and then resolve without the problem being gone. "
+            "transactions now; late, hanging and orphaned transaction alerts that were "
+            "firing keep firing on the last verdict (state unknown) until an exporter polls "
+            "again. "
             "Check the exporter's pods or process, its logs, and Prometheus' targets page.",
         ),
         _rule(

@@ -30,9 +30,19 @@ def _promtool() -> str:
     return promtool
 
 
-def _rules() -> list[dict[str, Any]]:
+def _all_rules() -> list[dict[str, Any]]:
     doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def _rules() -> list[dict[str, Any]]:
+    """The alerting rules."""
+    return [rule for rule in _all_rules() if "alert" in rule]
+
+
+def _records() -> dict[str, str]:
+    """The recording rules (the held series), record -> expr."""
+    return {rule["record"]: rule["expr"] for rule in _all_rules() if "record" in rule}
 
 
 @pytest.mark.system_tools  # promtool
@@ -41,7 +51,7 @@ def test_promtool_check_rules_accepts_the_rules_file() -> None:
         [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(_rules())} rules found" in result.stdout
+    assert f"SUCCESS: {len(_all_rules())} rules found" in result.stdout
 
 
 @pytest.mark.system_tools  # promtool
@@ -99,18 +109,33 @@ def test_every_runbook_url_anchor_exists_in_the_runbook() -> None:
 def test_page_alerts_are_safe_with_several_exporter_replicas() -> None:
     """Counts are summed per replica and then max'ed across replicas, never summed."""
     exprs = {rule["alert"]: rule["expr"] for rule in _rules()}
-    assert exprs["KafkaLateTransactions"].startswith(
+    held = _records()
+    late = exprs["KafkaLateTransactions"].removesuffix(" > 0")
+    assert held[late].startswith(
         "max without (instance, pod) (sum without (broker) "
-        "(kafka_partitions_with_late_transactions)) > 0 or "
+        "(kafka_partitions_with_late_transactions)) or "
     )
-    assert exprs["KafkaHangingTransaction"].startswith("max without (instance, pod, ")
-    assert 'classification="hanging"' in exprs["KafkaHangingTransaction"]
+    hanging = held[exprs["KafkaHangingTransaction"]]
+    assert hanging.startswith("max without (instance, pod, ")
+    assert 'classification="hanging"' in hanging
+
+
+def test_held_series_carry_themselves_only_while_no_replica_has_a_complete_verdict() -> None:
+    """The latch: each held series is the live one, or its own last value unless a replica of
+    the cluster has a complete verdict -- instant vectors only, whatever the outage's length."""
+    held = _records()
+    assert len(held) == 4
+    for record, expr in held.items():
+        _live, carried = expr.split(" or ", 1)
+        assert carried.startswith(f"({record} unless ignoring ("), record
+        assert carried.endswith("== 1))"), record
+        assert "[" not in expr.replace('{stuck="true"}', ""), "no range or subquery"
 
 
 def test_no_rule_aggregates_away_the_clusters_static_labels() -> None:
     """`max by (cluster)` would drop env/region & co.; only replica labels may go."""
-    for rule in _rules():
-        assert " by (" not in rule["expr"], rule["alert"]
+    for rule in _all_rules():
+        assert " by (" not in rule["expr"], rule.get("alert", rule.get("record"))
 
 
 def test_the_stale_poll_rule_follows_the_poll_interval_metric() -> None:
@@ -133,7 +158,7 @@ def test_the_exporter_absence_rules_exist_and_use_the_selector(tmp_path: Path) -
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = yaml.safe_load((tmp_path / "alerts" / "rules.yaml").read_text(encoding="utf-8"))
-    rules = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+    rules = {r.get("alert"): r for g in doc["groups"] for r in g["rules"]}
     assert rules["KafkaTxnExporterAbsent"]["expr"] == (
         'absent_over_time(kafka_txn_exporter_build_info{job="kte", namespace="mon"}[3m])'
     )

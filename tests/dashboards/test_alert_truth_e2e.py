@@ -16,13 +16,15 @@ that first saw it). Then, in order, for that transaction:
     resolved notification arrives;
 (d) it is aborted with the command the status page prints: both alerts resolve (measured:
     abort -> resolved notification);
-(b) the only exporter is then SIGKILLed within the hold period: for 20 s neither alert is
-    pending or firing again for it, and no new firing notification arrives.
+(b) the only exporter is then SIGKILLed: for 20 s neither alert is pending or firing again for
+    it, and no new firing notification arrives.
 (a) A second hanging transaction pages; every exporter is stopped (SIGTERM): both alerts keep
-    firing for the hold period (45 s here) and resolve only when it ends (measured).
+    firing at every sample for HELD_SECONDS (longer than any time-bound hold this test once
+    used), and no resolved notification arrives: with nobody polling, the state is unknown,
+    not resolved.
 
-The rules are the generated ones with `for:` 1 s and `holdFor` 45 s (`--set`); production
-waits `for:` 1m/5m and holds 15m. The mechanism: docs/runbook.md#when-a-page-resolves.
+The rules are the generated ones with `for:` 1 s (`--set`); production waits `for:` 1m/5m.
+The mechanism: docs/runbook.md#when-a-page-resolves.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER = "truth"
 TOPIC = "payments"
 TRANSACTION_MAX_TIMEOUT_MS = 2000
-HOLD_SECONDS = 45
+HELD_SECONDS = 50
 PAGES = ("KafkaHangingTransaction", "KafkaOrphanedTransaction")
 WAIT_SECONDS = 60.0
 SAMPLE_SECONDS = 0.25
@@ -138,7 +140,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     result = subprocess.run(
         [sys.executable, "-m", "dashboards.generate", "--out-dir", str(generated),
          *(arg for alert in ("KafkaLateTransactions", *PAGES)
-           for arg in ("--set", f"{alert}.for=1s", "--set", f"{alert}.holdFor={HOLD_SECONDS}s"))],
+           for arg in ("--set", f"{alert}.for=1s"))],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -263,7 +265,7 @@ def test_a_page_is_true_through_restarts_abort_and_the_exporter_stopping(stack: 
         f"{name} {n.received_at - aborted_at:.1f} s" for name, n in zip(PAGES, resolved,
                                                                         strict=True)))
 
-    # (b) ... and never pages again when the exporter stops within the hold -----------------
+    # (b) ... and never pages again when the exporter stops afterwards ----------------------
     assert b.stop(signal.SIGKILL) == -signal.SIGKILL
     stopped_at = time.time()
     _wait("Prometheus to see exporter b down", lambda: stack.scraped_down(b))
@@ -276,9 +278,9 @@ def test_a_page_is_true_through_restarts_abort_and_the_exporter_stopping(stack: 
     assert seen == [], "an aborted transaction's page came back after the exporter stopped"
     assert stack.notifications(offset, "firing", since=latest) == []
     report.append("exporter SIGKILLed right after the abort resolved: no page pending or firing "
-                  "again in the 20 s after (hold 45 s)")
+                  "again in the 20 s after")
 
-    # (a) every exporter stopped: the page holds for the hold period --------------------------
+    # (a) every exporter stopped: the page holds, with no time limit ------------------------
     a.start()
     _wait("exporter a to be warm again", lambda: stack.warm(a))
     _, _, second = hanging_transaction(stack.sim.bootstrap_servers, "truth-2", TOPIC, 1,
@@ -289,13 +291,10 @@ def test_a_page_is_true_through_restarts_abort_and_the_exporter_stopping(stack: 
     assert a.stop(signal.SIGTERM) == 0
     stopped_at = time.time()
     samples, gaps = _watch_firing(stack, second,
-                                  lambda: time.time() > stopped_at + HOLD_SECONDS - 3, 90)
+                                  lambda: time.time() > stopped_at + HELD_SECONDS, 120)
     assert gaps == [], f"all exporters stopped: pages not firing at {gaps}"
-    ends = [stack.wait_notification(second, "resolved", name, since=stopped_at, timeout_seconds=40)
-            for name in PAGES]
-    held = [n.received_at - stopped_at for n in ends]
-    assert all(HOLD_SECONDS - 3 < h < HOLD_SECONDS + 20 for h in held), held
+    assert stack.notifications(second, "resolved", stopped_at) == []
     report.append(f"every exporter stopped (SIGTERM): both pages firing at all {samples} samples "
-                  f"for {HOLD_SECONDS - 3} s, resolved {held[0]:.1f} s / {held[1]:.1f} s after the "
-                  f"stop (hold {HOLD_SECONDS} s)")
+                  f"for {time.time() - stopped_at:.1f} s after the stop; no resolved "
+                  "notification (state unknown, not resolved)")
     print("\nALERT TRUTH E2E:\n  " + "\n  ".join(report))

@@ -721,7 +721,14 @@ def test_chart_files_are_the_generators_output() -> None:
 
 def _rules(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     spec = one(docs, "PrometheusRule")["spec"]
-    return {rule["alert"]: rule for group in spec["groups"] for rule in group["rules"]}
+    return {rule["alert"]: rule for group in spec["groups"] for rule in group["rules"]
+            if "alert" in rule}
+
+
+def _records(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    spec = one(docs, "PrometheusRule")["spec"]
+    return {rule["record"]: rule for group in spec["groups"] for rule in group["rules"]
+            if "record" in rule}
 
 
 def test_prometheus_rule_with_default_values_is_the_plain_rules_file(chart: helm.Chart) -> None:
@@ -770,7 +777,7 @@ TUNED_RULES: dict[str, Any] = {
     "additionalRuleLabels": {"team": "streaming", "severity": "ignored"},
     "replicaLabels": ["instance", "pod", "replica"],
     "rules": {
-        "KafkaLateTransactions": {"for": "10m", "holdFor": "30m", "threshold": 4,
+        "KafkaLateTransactions": {"for": "10m", "threshold": 4,
                                   "severity": "warning"},
         "KafkaHangingTransaction": {"for": "3m", "severity": "critical"},
         "KafkaTxnExporterAbsent": {"window": "5m", "for": "2m"},
@@ -789,9 +796,12 @@ def test_every_rule_setting_reaches_the_rendered_rules(chart: helm.Chart, tmp_pa
     late = rules["KafkaLateTransactions"]
     assert late["for"] == "10m"
     assert late["labels"] == {"severity": "warning", "team": "streaming"}
-    assert "> 4 or" in late["expr"] and "[30m]" in late["expr"]
-    assert "without (instance, pod, replica)" in late["expr"]
-    assert "up to 30m" in late["annotations"]["description"]
+    assert late["expr"] == "cluster:kafka_partitions_with_late_transactions:held > 4"
+    held = _records(docs)["cluster:kafka_partitions_with_late_transactions:held"]
+    assert "without (instance, pod, replica)" in held["expr"]
+    # A held series keeps exactly the labels of the verdict it is matched against.
+    assert "labels" not in held
+    assert "state is then unknown, not resolved" in late["annotations"]["description"]
     assert rules["KafkaHangingTransaction"]["for"] == "3m"
     assert rules["KafkaTxnExporterAbsent"]["for"] == "2m"
     assert "[5m])" in rules["KafkaTxnExporterAbsent"]["expr"]
@@ -814,7 +824,7 @@ def test_every_rule_setting_reaches_the_rendered_rules(chart: helm.Chart, tmp_pa
     checked = subprocess.run([promtool, "check", "rules", str(rules_file)],
                              capture_output=True, text=True, timeout=60, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(rules)} rules found" in checked.stdout
+    assert f"SUCCESS: {len(rules) + len(_records(docs))} rules found" in checked.stdout
 
 
 def test_a_rule_setting_that_is_not_a_duration_fails_the_schema(chart: helm.Chart) -> None:
