@@ -106,11 +106,20 @@ def _known_sum(values: Sequence[int | None]) -> int | None:
     return sum(known) if known else None
 
 
+UNKNOWN_BECAUSE_UNOBSERVED = "unobserved_partitions"
+UNKNOWN_BECAUSE_UNREACHABLE = "cluster_unreachable"
+UNKNOWN_BECAUSE_UNCLASSIFIED = "unclassified_late_transactions"
+
+
 def summarize(
     snapshot: ClusterSnapshot, observation: ClusterObservation | None = None
 ) -> dict[str, Any]:
     """Counts for the one summary log event per poll: every count the metrics carry, so that
-    the log alone tells what /metrics showed (absent metric -> None here, never 0)."""
+    the log alone tells what /metrics showed (absent metric -> None here, never 0).
+
+    A cluster-wide count is known only when every partition was observed: otherwise it is
+    None, what was seen is `<count>_observed` (a lower bound) and `unknown_counts` names the
+    reason, never a 0 that means "not looked at"."""
     hanging = sum(1 for t in snapshot.late_transactions
                   if t.classification is Classification.HANGING)
     brokers = snapshot.brokers
@@ -151,7 +160,28 @@ def summarize(
     if observation is not None:
         summary["partitions"] = len(observation.leaders)
         summary["open_transactions"] = len(observation.open_transactions)
+    incomplete = (
+        UNKNOWN_BECAUSE_UNREACHABLE if not snapshot.up
+        else UNKNOWN_BECAUSE_UNOBSERVED if snapshot.unobserved_partitions
+        else None
+    )
+    unknown: dict[str, str] = {}
+    if incomplete is not None:
+        unknown = {key: incomplete for key in _CLUSTER_WIDE_COUNTS if key in summary}
+    elif any(t.classification is Classification.UNKNOWN for t in snapshot.late_transactions):
+        unknown = {"hanging_transactions": UNKNOWN_BECAUSE_UNCLASSIFIED}
+    for key in unknown:
+        summary[f"{key}_observed"] = summary[key]
+        summary[key] = None
+    summary["unknown_counts"] = unknown
     return summary
+
+
+_CLUSTER_WIDE_COUNTS = (
+    "late_transactions", "hanging_transactions", "orphaned_transactions",
+    "blocked_consumer_groups", "open_transactions",
+)
+"""Counts over every partition of the cluster: lower bounds while some are unobserved."""
 
 
 class PollScheduler:

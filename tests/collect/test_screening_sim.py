@@ -21,7 +21,7 @@ from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
 from exporter.collect import screening
 from exporter.collect.poll import ClusterPoller
-from exporter.collect.producers import SCREEN_FROM_STATES
+from exporter.collect.producers import SCREEN_FROM_STATES, TOO_LARGE_RETRY_MAX_POLLS
 from exporter.model import TopicPartition
 
 LIST_OFFSETS = 2
@@ -250,6 +250,56 @@ def test_batches_fit_the_response_limit_and_a_partition_too_large_alone_is_unobs
                 obs = p.poll()
                 assert obs.unobserved == {TopicPartition(HOT, 0): "ANSWER_TOO_LARGE"}
                 assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 1)}
+            finally:
+                txn.abort()
+        finally:
+            p.close()
+
+
+def expire_idle_producer_states(sim: SimCluster, topic: str, partition: int) -> None:
+    """The producer states without an open transaction go, as producer.id.expiration.ms
+    makes them go (run on the simulator's thread)."""
+    producers = sim.state.log_of(sim.state.partition(topic, partition)).producers
+    for pid in [pid for pid, e in producers.items() if e.current_txn_first_offset < 0]:
+        del producers[pid]
+
+
+def test_a_partition_too_large_alone_is_asked_again_with_back_off_and_observed_when_it_shrinks(
+) -> None:
+    """What an oversized answer taught does not outlive it: a partition whose answer alone
+    crossed `max_response_bytes` is asked again alone (on a connection of its own, so its
+    leader's other partitions keep their answers) after 1, 2, 4, then every 4 polls; when its
+    producer states have expired it is observed again, its open transaction found."""
+    limit = 64 * 1024
+    with SimCluster(brokers=3, topics={HOT: PARTITIONS},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        sim.call(seed_producer_states, sim.state, HOT, 0, 3000, now_ms=sim.clock.now_ms(),
+                 rng=random.Random(5))
+        p = ClusterPoller(cluster_settings(sim, "shrink", max_response_bytes=limit),
+                          clock_ms=sim.clock.now_ms)
+        hot0 = TopicPartition(HOT, 0)
+        try:
+            for _ in range(3):  # learnt: too large alone, screened clear
+                p.poll()
+            txn = open_transaction(sim.bootstrap_servers, "in-big", HOT, [0, 1],
+                                   now_ms=sim.clock.now_ms)
+            try:
+                reasons = []
+                for _ in range(6):  # LSO < HW: must be asked; still too large
+                    obs = p.poll()
+                    reasons.append(obs.unobserved.get(hot0))
+                    assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 1)}
+                    assert set(obs.unobserved) == {hot0}
+                assert set(reasons) == {"ANSWER_TOO_LARGE"}
+                sim.call(expire_idle_producer_states, sim, HOT, 0)
+                for _ in range(TOO_LARGE_RETRY_MAX_POLLS):  # the next retry is due by then
+                    obs = p.poll()
+                    if hot0 not in obs.unobserved:
+                        break
+                    assert obs.unobserved[hot0] == "ANSWER_TOO_LARGE"
+                assert not obs.unobserved
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {
+                    (HOT, 0), (HOT, 1)}
             finally:
                 txn.abort()
         finally:
