@@ -6,6 +6,7 @@ reports stays what the full poll reports."""
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -304,3 +305,61 @@ def test_a_partition_too_large_alone_is_asked_again_with_back_off_and_observed_w
                 txn.abort()
         finally:
             p.close()
+
+
+FETCH = 1
+
+
+def listed_twice(topic: str, partition: int) -> Any:
+    """A Fetch answer rewritten as a buggy broker may send it: the partition listed a second
+    time, that copy saying LSO = HW (no open transaction below the HW)."""
+    def rewrite(response: Any) -> None:
+        for t in response.responses:
+            if t.topic != topic:
+                continue
+            for part in list(t.partitions):
+                if part.partition_index == partition:
+                    twin = copy.copy(part)
+                    twin.last_stable_offset = part.high_watermark
+                    twin.aborted_transactions = []
+                    t.partitions.append(twin)
+    return rewrite
+
+
+def another_session(response: Any) -> None:
+    """An incremental answer that is not the session's: another session id, no partitions."""
+    response.session_id = response.session_id + 1_000
+    response.responses = []
+
+
+@pytest.mark.parametrize("fault", ["listed_twice", "another_session"])
+def test_a_fetch_answer_that_contradicts_the_request_proves_nothing(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """A session answer that contradicts the request (a partition listed twice, the second
+    copy saying LSO = HW; an incremental answer of another session, with no partitions) is
+    not believed: the session is started again in full in the same poll, the partition is
+    asked DescribeProducers, and its open transaction is found in that poll and after."""
+    with asked(monkeypatch) as counts, poller(sim) as p:
+        for _ in range(3):  # learn, ListOffsets, the full fetch that starts the session
+            p.poll()
+        txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [5],
+                               now_ms=sim.clock.now_ms)
+        leader = sim.call(lambda: sim.state.partition(HOT, 5).leader_id)
+        rewrite = listed_twice(HOT, 5) if fault == "listed_twice" else another_session
+        sim.rewrite_responses(rewrite, broker_id=leader, api_key=FETCH, count=1)
+        try:
+            counts.clear()
+            obs = p.poll()
+            assert any(e.api == "Fetch" and e.broker_id == leader
+                       and e.error == "INCONSISTENT_ANSWER" for e in obs.request_errors)
+            assert (HOT, 5) in counts  # asked DescribeProducers, never "no transaction"
+            assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 5)}
+            assert not obs.unobserved
+            for _ in range(2):  # the broker honest again: still found
+                obs = p.poll()
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 5)}
+                assert not obs.unobserved
+        finally:
+            sim.clear_faults()
+            txn.abort()
