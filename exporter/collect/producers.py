@@ -381,9 +381,11 @@ class ProducerStateReader:
         answer = parse_describe_producers(response, leader, batch)
         state.open_entries.extend(answer.entries)
         if apart:
-            # Answered: what the oversized answers taught is unlearnt.
-            self._too_large.pop(TopicPartition(batch[0][0], batch[0][1][0]), None)
-            self._crowded_version += 1
+            tp = TopicPartition(batch[0][0], batch[0][1][0])
+            fits = tp not in answer.missing and all(tp != e for e, _ in answer.errors)
+            if fits and self._too_large.pop(tp, None) is not None:
+                # What the oversized answers taught is unlearnt.
+                self._crowded_version += 1
         if self._screening:
             self._learn(batch, answer, relearn)
             if offsets:
