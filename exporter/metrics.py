@@ -173,6 +173,12 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cluster",),
     ),
     MetricSpec(
+        "kafka_txn_exporter_poll_overruns_total", "counter",
+        "Polls of the cluster still running when the next one was due (the scheduler skipped "
+        "runs): the poll interval is too short for the cluster or a broker answers slowly.",
+        ("cluster",),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_last_successful_poll_timestamp_seconds", "gauge",
         "Unix time of the last successful poll of the cluster.",
         ("cluster",),

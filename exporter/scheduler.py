@@ -5,12 +5,16 @@ and `coalesce=True` (runs missed while it was slow collapse into one). The first
 immediately, so /metrics has data soon; after it each cluster polls at its own phase within
 the interval (`phase_offset_seconds`), so that clusters do not all poll at the same instant
 and stay in step, which would load the exporter (and the brokers) in bursts. A poll that
-raises is logged and recorded as up=0; the scheduler keeps going.
+raises is logged and recorded as up=0; the scheduler keeps going. A poll still running when
+its next run is due (it overran its interval) is counted
+(`kafka_txn_exporter_poll_overruns_total`) and logged once (`poll_overran`), instead of
+APScheduler's warning at every run it skips.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import threading
 import time
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
@@ -31,6 +36,29 @@ from exporter.snapshots import SnapshotStore
 
 def _noop() -> None:
     return None
+
+
+_JOB_ID_PREFIX = "poll:"
+
+
+class _SkippedRunFilter(logging.Filter):
+    """Drops APScheduler's warning for a run skipped because the previous one still runs:
+    `PollScheduler` counts those and logs one `poll_overran` line per poll instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            isinstance(record.msg, str)
+            and "maximum number of running instances reached" in record.msg
+        )
+
+
+_SKIPPED_RUN_FILTER = _SkippedRunFilter()
+
+
+def _quiet_skipped_run_warnings() -> None:
+    logger = logging.getLogger("apscheduler.scheduler")
+    if _SKIPPED_RUN_FILTER not in logger.filters:
+        logger.addFilter(_SKIPPED_RUN_FILTER)
 
 
 def phase_offset_seconds(cluster_name: str, interval_seconds: float) -> float:
@@ -106,11 +134,20 @@ def _known_sum(values: Sequence[int | None]) -> int | None:
     return sum(known) if known else None
 
 
+UNKNOWN_BECAUSE_UNOBSERVED = "unobserved_partitions"
+UNKNOWN_BECAUSE_UNREACHABLE = "cluster_unreachable"
+UNKNOWN_BECAUSE_UNCLASSIFIED = "unclassified_late_transactions"
+
+
 def summarize(
     snapshot: ClusterSnapshot, observation: ClusterObservation | None = None
 ) -> dict[str, Any]:
     """Counts for the one summary log event per poll: every count the metrics carry, so that
-    the log alone tells what /metrics showed (absent metric -> None here, never 0)."""
+    the log alone tells what /metrics showed (absent metric -> None here, never 0).
+
+    A cluster-wide count is known only when every partition was observed: otherwise it is
+    None, what was seen is `<count>_observed` (a lower bound) and `unknown_counts` names the
+    reason, never a 0 that means "not looked at"."""
     hanging = sum(1 for t in snapshot.late_transactions
                   if t.classification is Classification.HANGING)
     brokers = snapshot.brokers
@@ -151,7 +188,28 @@ def summarize(
     if observation is not None:
         summary["partitions"] = len(observation.leaders)
         summary["open_transactions"] = len(observation.open_transactions)
+    incomplete = (
+        UNKNOWN_BECAUSE_UNREACHABLE if not snapshot.up
+        else UNKNOWN_BECAUSE_UNOBSERVED if snapshot.unobserved_partitions
+        else None
+    )
+    unknown: dict[str, str] = {}
+    if incomplete is not None:
+        unknown = {key: incomplete for key in _CLUSTER_WIDE_COUNTS if key in summary}
+    elif any(t.classification is Classification.UNKNOWN for t in snapshot.late_transactions):
+        unknown = {"hanging_transactions": UNKNOWN_BECAUSE_UNCLASSIFIED}
+    for key in unknown:
+        summary[f"{key}_observed"] = summary[key]
+        summary[key] = None
+    summary["unknown_counts"] = unknown
     return summary
+
+
+_CLUSTER_WIDE_COUNTS = (
+    "late_transactions", "hanging_transactions", "orphaned_transactions",
+    "blocked_consumer_groups", "open_transactions",
+)
+"""Counts over every partition of the cluster: lower bounds while some are unobserved."""
 
 
 class PollScheduler:
@@ -172,10 +230,25 @@ class PollScheduler:
         self._running: dict[str, int] = {}
         self._stopping = False
         self._idle = threading.Condition(self._running_lock)
+        self._skipped: dict[str, int] = {}
+        """Runs skipped while the cluster's poll was still running, since it started."""
         self._scheduler = BackgroundScheduler(
             timezone=UTC,
             executors={"default": ThreadPoolExecutor(max_workers=max(1, len(self._jobs)))},
         )
+        _quiet_skipped_run_warnings()
+        self._scheduler.add_listener(self._run_skipped, EVENT_JOB_MAX_INSTANCES)
+
+    def _run_skipped(self, event: JobSubmissionEvent) -> None:
+        """APScheduler's scheduler thread: a run was due while the previous one ran."""
+        name = str(event.job_id).removeprefix(_JOB_ID_PREFIX)
+        with self._running_lock:
+            self._skipped[name] = self._skipped.get(name, 0) + 1
+
+    def skipped_runs(self, cluster: str) -> int:
+        """Runs skipped so far while the cluster's current (or last) poll ran."""
+        with self._running_lock:
+            return self._skipped.get(cluster, 0)
 
     def start(self) -> None:
         now = datetime.now(UTC)
@@ -189,7 +262,7 @@ class PollScheduler:
                 self.run_once,
                 trigger=PhasedIntervalTrigger(interval, now + timedelta(seconds=offset)),
                 args=[job],
-                id=f"poll:{job.settings.name}",
+                id=f"{_JOB_ID_PREFIX}{job.settings.name}",
                 name=f"poll {job.settings.name}",
                 max_instances=1,
                 coalesce=True,
@@ -206,6 +279,7 @@ class PollScheduler:
             if self._stopping:  # dispatched just before shutdown: its poller may be closed
                 return
             self._running[name] = self._running.get(name, 0) + 1
+            self._skipped[name] = 0
         started = time.monotonic()
         try:
             try:
@@ -223,6 +297,7 @@ class PollScheduler:
                     "error", "poll_failed", cluster=name, error=error,
                     duration_seconds=round(duration, 3), exc_info=True,
                 )
+                self._check_overrun(job, duration)
                 return
             # Published: from here on nothing may turn this poll into a failed one.
             self._log_quietly(
@@ -232,12 +307,29 @@ class PollScheduler:
                 analyze_seconds=round(finished - polled, 3),
                 duration_seconds=round(duration, 3),
             )
+            self._check_overrun(job, duration)
             if job.record is not None:
                 self._record(job, observation, snapshot)
         finally:
             with self._running_lock:
                 self._running[name] -= 1
                 self._idle.notify_all()
+
+    def _check_overrun(self, job: ClusterJob, duration: float) -> None:
+        """Count and log a poll that outlasted its interval or made a run be skipped."""
+        name = job.settings.name
+        interval = job.settings.poll_interval_seconds
+        with self._running_lock:
+            skipped = self._skipped.get(name, 0)
+        if skipped == 0 and duration <= interval:
+            return
+        self._store.record_overrun(name)
+        self._log_quietly(
+            "warning", "poll_overran", cluster=name, duration_seconds=round(duration, 3),
+            interval_seconds=interval, skipped_runs=skipped,
+            hint="raise poll_interval_seconds, or lower request_timeout_seconds so that a "
+                 "slow broker cannot hold a poll up",
+        )
 
     def _log_quietly(self, level: str, event: str, **fields: Any) -> None:
         """A log line that can never fail the poll (exporter.logs drops and counts failed
@@ -261,7 +353,8 @@ class PollScheduler:
         """Cluster name -> when its next poll is scheduled (None once stopped)."""
         return {
             job.settings.name: getattr(
-                self._scheduler.get_job(f"poll:{job.settings.name}"), "next_run_time", None)
+                self._scheduler.get_job(f"{_JOB_ID_PREFIX}{job.settings.name}"),
+                "next_run_time", None)
             for job in self._jobs
         }
 

@@ -42,6 +42,8 @@ class ClusterState:
     """(broker, api, error) -> count, accumulated over polls."""
     poll_interval_seconds: float | None = None
     """The cluster's configured poll interval (None when the store was built without one)."""
+    poll_overruns: int = 0
+    """Polls still running when their next run was due (or longer than the interval)."""
 
     @property
     def ever_succeeded(self) -> bool:
@@ -157,6 +159,15 @@ class SnapshotStore:
             new = replace(_observe(old, duration_seconds), snapshot=None, up=False,
                           last_error=error)
             self._swap(cluster, new)
+        self._changed()
+
+    def record_overrun(self, cluster: str) -> None:
+        """A poll overran its interval (counted; the data it published stands)."""
+        with self._write_lock:
+            if cluster in self._retired:
+                return
+            old = self._get(cluster)
+            self._swap(cluster, replace(old, poll_overruns=old.poll_overruns + 1))
         self._changed()
 
     def not_ready(self) -> list[str]:

@@ -1,6 +1,8 @@
-"""The `poll_completed` log line carries every count the metrics do (issue 27 item 4): each
-count in the summary equals what the collector exposes for the same snapshot (a count of
-series, or the sum of a per-broker family), and a count the metrics leave absent is None."""
+"""The `poll_completed` log line carries every count the metrics do: each count in the
+summary equals what the collector exposes for the same snapshot (a count of series, or the
+sum of a per-broker family), and a count the metrics leave absent is None. A cluster-wide
+count over partitions some of which were not observed is not known: None, with the reason
+and what was seen (`<count>_observed`), never a 0 that means "not looked at"."""
 
 from __future__ import annotations
 
@@ -58,6 +60,12 @@ def test_every_count_of_the_metrics_is_in_the_summary() -> None:
     snap = _incident()
     summary = summarize(snap)
     metrics = _exposed(snap)
+    # 4 partitions unobserved: the cluster-wide counts are what was seen, not the whole.
+    for key in ("orphaned_transactions", "late_transactions", "hanging_transactions",
+                "blocked_consumer_groups"):
+        assert summary[key] is None, key
+        assert summary["unknown_counts"][key] == "unobserved_partitions"
+        summary[key] = summary.pop(f"{key}_observed")
     assert summary["orphaned_transactions"] == len(
         metrics["kafka_orphaned_transaction_age_seconds"]) == 2
     assert summary["late_transactions"] == len(metrics["kafka_late_transaction_age_seconds"])
@@ -97,7 +105,47 @@ def test_the_logged_line_carries_the_orphaned_and_blocked_group_counts() -> None
     PollScheduler([job], SnapshotStore([settings])).run_once(job)
     (line,) = [json.loads(raw) for raw in stream.getvalue().splitlines()
                if '"poll_completed"' in raw]
-    assert line["orphaned_transactions"] == 2
+    assert line["orphaned_transactions"] is None  # 4 partitions unobserved
+    assert line["orphaned_transactions_observed"] == 2
     assert line["partitions_with_orphaned_transactions"] == 2
-    assert line["blocked_consumer_groups"] == 3
+    assert line["blocked_consumer_groups_observed"] == 3
     assert line["blocked_consumer_groups_unknown"] == {"unauthorized": 1}
+
+
+def test_a_count_over_unobserved_partitions_is_never_logged_as_zero() -> None:
+    """A poll that saw no late transaction but could not observe a partition: the logged
+    late count is unknown (null, with the reason), not 0; once every partition is observed
+    it is 0 again."""
+    partial = snapshot("c1", brokers=[broker(1, late_=None)], unobserved=1,
+                       unobserved_by_reason={"error": 1})
+    stream = io.StringIO()
+    configure_logging("json", "info", stream=stream)
+    settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",), poll_interval_seconds=3600)
+    job = ClusterJob(settings, poll=lambda: observation("c1"), analyze=lambda obs: partial)
+    PollScheduler([job], SnapshotStore([settings])).run_once(job)
+    (line,) = [json.loads(raw) for raw in stream.getvalue().splitlines()
+               if '"poll_completed"' in raw]
+    for key in ("late_transactions", "hanging_transactions", "orphaned_transactions",
+                "blocked_consumer_groups", "open_transactions"):
+        assert line[key] is None, key
+        assert line[f"{key}_observed"] == 0, key
+        assert line["unknown_counts"][key] == "unobserved_partitions", key
+    assert line["unobserved_partitions"] == 1
+    assert line["unobserved_partitions_by_reason"] == {"error": 1}
+
+    unreachable = summarize(snapshot("c1", up=False))
+    assert unreachable["late_transactions"] is None
+    assert unreachable["unknown_counts"]["late_transactions"] == "cluster_unreachable"
+
+    unclassified = summarize(snapshot("c1", brokers=[broker(1, open_=1, late_=1)],
+                                      late_transactions=[late(open_txn(
+                                          "orders", 3, leader_id=1, producer_id=7,
+                                          start_offset=42, age_ms=400_000),
+                                          Classification.UNKNOWN, "")]))
+    assert unclassified["late_transactions"] == 1
+    assert unclassified["hanging_transactions"] is None
+    assert unclassified["unknown_counts"] == {
+        "hanging_transactions": "unclassified_late_transactions"}
+
+    whole = summarize(snapshot("c1", brokers=[broker(1, open_=0, late_=0)]))
+    assert whole["late_transactions"] == 0 and whole["unknown_counts"] == {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 import time
 import urllib.request
@@ -13,6 +15,7 @@ from exporter_factories import broker, observation, snapshot
 from exporter.analyze import analyze
 from exporter.expose.http import MetricsServer
 from exporter.expose.registry import build_registry
+from exporter.logs import configure_logging
 from exporter.model import ClusterObservation, ClusterSnapshot, TopicPartition
 from exporter.scheduler import (
     ClusterJob,
@@ -291,3 +294,46 @@ def test_clusters_poll_promptly_at_start_then_at_spread_phases() -> None:
     spread = sorted(offsets.values())
     assert spread[-1] - spread[0] > 1800  # not phase-locked: spread over the interval
     assert len({round(o) for o in spread}) == len(names)
+
+
+def test_a_poll_that_overruns_its_interval_is_counted_and_logged_once() -> None:
+    """A poll still running when its next run is due: counted in
+    kafka_txn_exporter_poll_overruns_total and told by one `poll_overran` line (with how long
+    it took and how many scheduled runs it made the scheduler skip), not by APScheduler's own
+    "maximum number of running instances reached" warning at every skipped run."""
+    stream = io.StringIO()
+    configure_logging("json", "info", stream=stream)
+    interval = 0.1
+    store = SnapshotStore([settings(interval=interval)])
+    release = threading.Event()
+    started = threading.Event()
+    calls: list[int] = []
+
+    def poll() -> ClusterObservation:
+        calls.append(1)
+        if len(calls) == 2:  # the second poll overruns: held until runs were skipped
+            started.set()
+            release.wait(timeout=30)
+        return observation("c1")
+
+    sched = PollScheduler([job(poll, interval=interval)], store)
+    sched.start()
+    try:
+        assert started.wait(timeout=10)
+        wait_for(lambda: sched.skipped_runs("c1") >= 3, timeout=10)
+        release.set()
+        wait_for(lambda: len(calls) >= 4, timeout=10)  # back to normal polls
+    finally:
+        release.set()
+        sched.shutdown()
+    lines = [json.loads(raw) for raw in stream.getvalue().splitlines()]
+    overran = [line for line in lines if line["event"] == "poll_overran"]
+    assert len(overran) == 1, overran
+    (line,) = overran
+    assert line["cluster"] == "c1" and line["interval_seconds"] == interval
+    assert line["duration_seconds"] > 3 * interval and line["skipped_runs"] >= 3
+    assert "maximum number of running instances" not in stream.getvalue()
+    assert store.states()["c1"].poll_overruns == 1
+    registry = build_registry(store)
+    assert registry.get_sample_value(
+        "kafka_txn_exporter_poll_overruns_total", {"cluster": "c1"}) == 1.0

@@ -170,6 +170,34 @@ class ClusterClient:
             self.mark_down(broker_id, exc)
             raise
 
+    async def send_apart(
+        self,
+        broker_id: int,
+        build: Callable[[BrokerConnection], Any],
+        decode: Decoder | None = None,
+    ) -> Any:
+        """`send` on a connection of its own, closed after the answer: an answer that costs
+        its connection (a frame above `max_response_bytes`) costs nothing else asked of the
+        broker."""
+        error = self.down.get(broker_id)
+        if error is not None:
+            raise error
+        address = self.brokers.get(broker_id)
+        if address is None:
+            raise BrokerUnreachable(f"broker {broker_id} is not in metadata")
+        try:
+            connection = await self.pool.connect_apart(*address)
+        except CollectError as exc:
+            self.mark_down(broker_id, exc)
+            raise
+        try:
+            return await connection.request(build(connection), self.timeout_seconds, decode)
+        except CollectError as exc:
+            self.mark_down(broker_id, exc)
+            raise
+        finally:
+            await connection.close()
+
     async def refresh_finalized_features(self, broker_id: int, max_age_seconds: float) -> None:
         """Ask the broker's ApiVersions again when its connection's answer is older than
         `max_age_seconds` (the answer at connect time is usually fresh enough)."""

@@ -471,6 +471,17 @@ class ConnectionPool:
             self._connections[key] = connection
             return connection
 
+    async def connect_apart(self, host: str, port: int) -> BrokerConnection:
+        """A new connection to (host, port) that the pool does not keep (the caller closes
+        it): a request whose answer may cost its connection costs only this one."""
+        connection = BrokerConnection(host, port, self._options)
+        try:
+            await connection.connect()
+        except BaseException:
+            await connection.close()
+            raise
+        return connection
+
     def open_connection(self, host: str, port: int) -> BrokerConnection | None:
         """The open connection to (host, port), if any; never connects."""
         connection = self._connections.get((host, port))

@@ -28,6 +28,10 @@ MISSING_FROM_ANSWER = "MISSING_FROM_ANSWER"
 """Reason (not a Kafka code) for something asked for that an answer left out: unknown, never
 "none"."""
 
+INCONSISTENT_ANSWER = "INCONSISTENT_ANSWER"
+"""Reason (not a Kafka code) for an answer that contradicts its request (a partition listed
+twice, a fetch session's answer carrying another session's id): it proves nothing."""
+
 # kafka-python still uses pre-KIP-497 names for a few codes; metrics use Kafka's current names.
 _ERROR_NAME_OVERRIDES = {NOT_LEADER_OR_FOLLOWER: "NOT_LEADER_OR_FOLLOWER"}
 

@@ -53,9 +53,15 @@ timestamp 8, coordinator epoch 4, txn start offset 8, tags 1."""
 ANSWER_BYTES_PER_PARTITION = 16
 """A partition's own fields (index, error, message, array length, tags), rounded up."""
 ANSWER_TOO_LARGE = "ANSWER_TOO_LARGE"
-"""Unobserved detail of a partition whose answer alone would cross half of
-`max_response_bytes` (states can grow between two answers): it is not asked (the oversized
-frame would cost the whole connection, and with it every partition of its leader)."""
+"""Unobserved detail of a partition whose answer alone crossed `max_response_bytes`: it is
+not asked with the others (the oversized frame costs the whole connection, and with it
+every partition of its leader) but alone, on a connection of its own, with back-off."""
+TOO_LARGE_RETRY_MAX_POLLS = 4
+"""A partition whose answer alone was too large is asked again alone 1, 2, 4, then every 4
+polls after each failure (the frame may have been a broker's or a proxy's fault, or the
+producer states may have expired since): observed again within 4 polls of a normal answer;
+a partition truly that large costs its leader one answer, and the exporter one connection,
+every 4 polls."""
 
 # Lean and open-only: partitions with error 0 and no producer with an open transaction are
 # not in the answer's partitions; they still count as answered. At 200k partitions that is
@@ -100,9 +106,12 @@ class ProducerStateReader:
         self._ask_alone: set[TopicPartition] = set()
         """Partitions of a batch whose answer crossed `max_response_bytes`: asked one per
         request until answered (their counts are learnt then)."""
-        self._too_large: set[TopicPartition] = set()
-        """Partitions whose answer alone crossed `max_response_bytes`: not asked again
-        (ANSWER_TOO_LARGE), screened instead."""
+        self._too_large: dict[TopicPartition, tuple[int, int]] = {}
+        """Partitions whose answer alone crossed `max_response_bytes`, with the failures in
+        a row and the poll from which they are asked again (alone, on a connection of their
+        own); screened meanwhile, and ANSWER_TOO_LARGE when they must be asked. Forgotten
+        at the first answer."""
+        self._polls = 0
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
         self._screen = Screen(client)
         self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
@@ -120,6 +129,7 @@ class ProducerStateReader:
         return len(self._crowded)
 
     async def read(self, meta: MetadataView, state: PollState) -> None:
+        self._polls += 1
         if not (self._screening and (self._crowded or self._too_large)):
             # Today's poll: every partition asked (and learnt from while screening).
             retry = await self._round(meta.by_leader, state, True, cache=True, relearn=True)
@@ -235,13 +245,20 @@ class ProducerStateReader:
     ) -> list[TopicPartition]:
         """`offsets`: the screened partitions' offsets, to remember their answers by."""
         requests, too_large = self._requests(by_leader, cache=cache)
-        for leader, tp in too_large:
-            state.error(leader, "DescribeProducers", ANSWER_TOO_LARGE)
-            state.unobserved[tp] = ANSWER_TOO_LARGE
         calls = [
             self._batch(leader, batch, build, state, retry_allowed, relearn, offsets)
             for leader, batch, build in requests
         ]
+        for leader, tp in too_large:
+            if self._polls < self._too_large.get(tp, (0, 0))[1]:
+                state.error(leader, "DescribeProducers", ANSWER_TOO_LARGE)
+                state.unobserved[tp] = ANSWER_TOO_LARGE
+                continue
+            alone: list[tuple[str, Sequence[int]]] = [(tp.topic, [tp.partition])]
+            calls.append(self._batch(
+                leader, alone, describe_producers_request(alone), state, retry_allowed,
+                relearn, offsets, apart=True,
+            ))
         retry: list[TopicPartition] = []
         for result in await asyncio.gather(*calls):
             retry.extend(result)
@@ -283,7 +300,8 @@ class ProducerStateReader:
         too_large: list[tuple[int, TopicPartition]],
     ) -> list[list[tuple[str, Sequence[int]]]]:
         """`batch` split so that no part's expected answer exceeds `budget` bytes; a
-        partition that alone would goes to `too_large`."""
+        partition that alone would is asked alone, and one whose answer alone crossed
+        `max_response_bytes` goes to `too_large`."""
         crowded = self._crowded
         alone, refused = self._ask_alone, self._too_large
         if not (crowded or alone or refused):
@@ -291,23 +309,28 @@ class ProducerStateReader:
         per_state, per_partition = ANSWER_BYTES_PER_STATE, ANSWER_BYTES_PER_PARTITION
 
         def cost_of(tp: TopicPartition) -> int:
-            if tp in refused:
-                return budget + 1
             if tp in alone:
                 return budget
             return per_partition + per_state * crowded.get(tp, 0)
 
-        expected = sum(cost_of(TopicPartition(t, p)) for t, indexes in batch for p in indexes)
-        if expected <= budget:
-            return [batch]
+        if not refused:
+            expected = sum(
+                cost_of(TopicPartition(t, p)) for t, indexes in batch for p in indexes
+            )
+            if expected <= budget:
+                return [batch]
         parts: list[list[tuple[str, Sequence[int]]]] = []
         current: list[tuple[str, list[int]]] = []
         size = 0
         for topic, indexes in batch:
             for p in indexes:
-                cost = cost_of(TopicPartition(topic, p))
-                if cost > budget:
-                    too_large.append((leader, TopicPartition(topic, p)))
+                tp = TopicPartition(topic, p)
+                if tp in refused:
+                    too_large.append((leader, tp))
+                    continue
+                cost = cost_of(tp)
+                if cost >= budget:
+                    parts.append([(topic, [p])])
                     continue
                 if size + cost > budget and current:
                     parts.append(list(current))
@@ -330,26 +353,39 @@ class ProducerStateReader:
         retry_allowed: bool,
         relearn: bool,
         offsets: Mapping[TopicPartition, Offsets] | None,
+        *,
+        apart: bool = False,
     ) -> list[TopicPartition]:
+        """`apart`: one partition whose answer was too large, asked on a connection of its
+        own."""
+        send = self._client.send_apart if apart else self._client.send
         try:
-            response = await self._client.send(leader, build, _DECODE_DESCRIBE_PRODUCERS)
+            response = await send(leader, build, _DECODE_DESCRIBE_PRODUCERS)
         except CollectError as exc:
             # Down or slow broker, garbage answer, or one that predates DescribeProducers
             # (Kafka < 2.8): its partitions are unknown, never "no transactions".
+            reason = exc.kind
             if isinstance(exc, ResponseTooLarge):
                 self._answer_too_large(batch)
+                if apart:
+                    reason = ANSWER_TOO_LARGE
             if exc.kind == UNSUPPORTED_API_KIND:
                 state.unobservable_brokers.add(leader)
                 self._support.unsupported(leader, "DescribeProducers")
             else:
                 state.error(leader, "DescribeProducers", exc.kind)
-            reason = exc.kind
             for topic, partitions in batch:
                 for p in partitions:
                     state.unobserved[TopicPartition(topic, p)] = reason
             return []
         answer = parse_describe_producers(response, leader, batch)
         state.open_entries.extend(answer.entries)
+        if apart:
+            tp = TopicPartition(batch[0][0], batch[0][1][0])
+            fits = tp not in answer.missing and all(tp != e for e, _ in answer.errors)
+            if fits and self._too_large.pop(tp, None) is not None:
+                # What the oversized answers taught is unlearnt.
+                self._crowded_version += 1
         if self._screening:
             self._learn(batch, answer, relearn)
             if offsets:
@@ -390,10 +426,12 @@ class ProducerStateReader:
         gone = [tp for tp in self._crowded if tp not in leaders]
         for tp in gone:
             del self._crowded[tp]
-        for learnt in (self._ask_alone, self._too_large):
-            dropped = {tp for tp in learnt if tp not in leaders}
-            learnt.difference_update(dropped)
-            gone.extend(dropped)
+        dropped = {tp for tp in self._ask_alone if tp not in leaders}
+        self._ask_alone.difference_update(dropped)
+        gone.extend(dropped)
+        for tp in [tp for tp in self._too_large if tp not in leaders]:
+            del self._too_large[tp]
+            gone.append(tp)
         if gone:
             self._crowded_version += 1
 
@@ -417,10 +455,13 @@ class ProducerStateReader:
 
     def _answer_too_large(self, batch: list[tuple[str, Sequence[int]]]) -> None:
         """The batch's answer crossed `max_response_bytes`: ask its partitions alone next
-        time; one asked alone is refused from now on (ANSWER_TOO_LARGE)."""
+        time; one asked alone is asked again only alone, on a connection of its own, after
+        1, 2, 4 and then every TOO_LARGE_RETRY_MAX_POLLS polls (ANSWER_TOO_LARGE between)."""
         tps = [TopicPartition(topic, p) for topic, indexes in batch for p in indexes]
         if len(tps) == 1:
-            self._too_large.add(tps[0])
+            failures = self._too_large.get(tps[0], (0, 0))[0] + 1
+            wait = min(2 ** (failures - 1), TOO_LARGE_RETRY_MAX_POLLS)
+            self._too_large[tps[0]] = (failures, self._polls + wait)
             self._ask_alone.discard(tps[0])
         else:
             self._ask_alone.update(tps)

@@ -14,7 +14,12 @@ know yet (its first poll, or after an error) is read with the two ListOffsets in
 
 A partition is "clear" only when its offsets were read without error and LSO == HW; every
 other partition (LSO < HW, an error, left out of a full answer, a failed request, an
-impossible pair) must be asked DescribeProducers: never "no transaction" by default."""
+impossible pair) must be asked DescribeProducers: never "no transaction" by default.
+
+An answer that contradicts its request (a partition listed twice, an incremental answer
+carrying another session's id) proves nothing: believed, it could hide an open transaction
+for as long as the partition's offsets do not move. The session is dropped and started again
+in full in the same poll, and the partitions that answer named are asked DescribeProducers."""
 
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 
 from exporter.collect.client import READ_COMMITTED, ClusterClient
 from exporter.collect.connection import BrokerConnection, CollectError, UnsupportedApi
-from exporter.collect.errors import MISSING_FROM_ANSWER, error_name
+from exporter.collect.errors import INCONSISTENT_ANSWER, MISSING_FROM_ANSWER, error_name
 from exporter.collect.fastdecode import lean
 from exporter.collect.lso import StableOffsets, read_stable_offsets
 from exporter.collect.pollstate import PollState
@@ -71,8 +76,13 @@ class ScreenResult:
     offsets: dict[TopicPartition, Offsets] = field(default_factory=dict)
     """The offsets read this poll for the partitions in `ask` that have them."""
 
+    added: set[TopicPartition] = field(default_factory=set)
+    """The partitions in `ask` (each asked once, whatever says so)."""
+
     def add(self, leader: int, tp: TopicPartition) -> None:
-        self.ask.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
+        if tp not in self.added:
+            self.added.add(tp)
+            self.ask.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
 
 
 @dataclass(slots=True)
@@ -197,6 +207,8 @@ class Screen:
         """Screen the leader's partitions with offsets through its session; False when the
         broker cannot hold one (Fetch older than v7), so that ListOffsets reads them."""
         retried = False
+        doubted: set[TopicPartition] = set()
+        """Partitions named by an answer that contradicted its request."""
         while True:
             full = at.epoch == 0
             if full:
@@ -225,8 +237,32 @@ class Screen:
                 state.error(leader, "Fetch", error_name(response.error_code))
                 self._in_doubt(leader, at, result, reported)
                 return True
+            contradicting = _contradictions(at, full, response)
+            if contradicting is not None:
+                # Proves nothing: a new session, in full, at once (once per poll).
+                state.error(leader, "Fetch", INCONSISTENT_ANSWER)
+                doubted.update(contradicting)
+                at.reset()
+                if not retried:
+                    retried = True
+                    continue
+                self._in_doubt(leader, at, result, reported)
+                return True
             self._answered(leader, at, send, forget, full, response, state, result, reported)
+            self._ask(leader, at, doubted, result, reported)
             return True
+
+    @staticmethod
+    def _ask(
+        leader: int, at: _Leader, tps: set[TopicPartition], result: ScreenResult,
+        reported: set[TopicPartition],
+    ) -> None:
+        """`tps` to DescribeProducers whatever their offsets say (those with LSO < HW are
+        asked already), none of them "unchanged"."""
+        for tp in tps:
+            if tp in at.offsets and tp not in at.unclear:
+                result.add(leader, tp)
+        reported.update(tps)
 
     def _in_doubt(
         self, leader: int, at: _Leader, result: ScreenResult, reported: set[TopicPartition]
@@ -317,6 +353,22 @@ class Screen:
                 result.add(leader, tp)
             else:
                 at.read(tp, Offsets(hw, read.last_stable_offsets[tp]))
+
+
+def _contradictions(at: _Leader, full: bool, response: Any) -> set[TopicPartition] | None:
+    """None when the answer can be the one to the request; else the partitions it names (it
+    lists a partition twice, or answers an incremental request with another session's id; 0
+    is the broker closing a session the request left empty)."""
+    named: set[TopicPartition] = set()
+    twice = False
+    for topic in response.responses:
+        for part in topic.partitions:
+            tp = TopicPartition(topic.topic, part.partition_index)
+            twice = twice or tp in named
+            named.add(tp)
+    if twice or (not full and response.session_id not in (0, at.session_id)):
+        return named
+    return None
 
 
 def _session_request(

@@ -178,6 +178,10 @@ def _collect_exporter_own(state: ClusterState, fam: _Families) -> None:
         buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
     total = state.poll_duration_sum_seconds
     fam.add_cluster_metric(hist, state, lambda values: hist.add_metric(values, buckets, total))
+    overruns = fam.families["kafka_txn_exporter_poll_overruns_total"]
+    assert isinstance(overruns, CounterMetricFamily)
+    fam.add_cluster_metric(overruns, state, lambda values: overruns.add_metric(
+        values, float(state.poll_overruns)))
     if state.last_successful_poll_timestamp_seconds is not None:
         fam.add("kafka_txn_exporter_last_successful_poll_timestamp_seconds", state,
                 state.last_successful_poll_timestamp_seconds)

@@ -365,6 +365,17 @@ class SimCluster:
             self._faults.omit_from_responses, seed, probability, broker_id, api_key, count, keep
         )
 
+    def rewrite_responses(
+        self,
+        rewrite: Callable[[Any], None],
+        broker_id: int | None = None,
+        api_key: int | None = None,
+        count: int | None = 1,
+    ) -> None:
+        """Pass the next `count` matching answers (None: all until `clear_faults`) through
+        `rewrite`, which changes a decoded copy in place (runs on the simulator's thread)."""
+        self.call(self._faults.rewrite_responses, rewrite, broker_id, api_key, count)
+
     def clear_faults(self) -> None:
         """Remove every latency and response-fault rule."""
         self.call(self._faults.clear)

@@ -2,17 +2,20 @@
 
 Each fault is something a client can meet on a real cluster: a slow broker or a slow API
 (latency), a broker whose process dies while writing (truncated frame then FIN, or partial frame
-then RST), and a response the client cannot decode (malformed). The rules live on the
+then RST), a response the client cannot decode (malformed), a frame whose size prefix claims
+2 GiB (oversized: a corrupted prefix, or a proxy in the middle gone wrong), and a well-formed
+answer that contradicts the request (rewritten: a buggy broker). The rules live on the
 simulator's event-loop thread; `SimCluster` mutates them through its thread-safe `call`.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-FaultKind = Literal["truncate", "malformed", "reset"]
+FaultKind = Literal["truncate", "malformed", "reset", "oversized"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
 
@@ -36,6 +39,7 @@ class NetworkFaults:
         self._latency_ms: dict[tuple[int | None, int | None], int] = {}
         self._response_faults: list[_ResponseFault] = []
         self._omissions: list[_Omission] = []
+        self._rewrites: list[_Rewrite] = []
 
     def set_latency(
         self, ms: int, broker_id: int | None = None, api_key: int | None = None
@@ -114,10 +118,61 @@ class NetworkFaults:
                 return rule
         return None
 
+    def rewrite_responses(
+        self,
+        rewrite: Callable[[Any], None],
+        broker_id: int | None = None,
+        api_key: int | None = None,
+        count: int | None = 1,
+    ) -> None:
+        """Pass the next `count` matching answers (None: until cleared) through `rewrite`,
+        which changes a decoded copy in place (a partition listed twice, another session id,
+        ...): the answer stays well-formed, its content is what a buggy broker may send."""
+        if count is not None and count < 1:
+            raise ValueError(f"count must be >= 1 or None, got {count}")
+        self._rewrites.append(_Rewrite(rewrite, broker_id, api_key, count))
+
+    def take_rewrite(self, broker_id: int, api_key: int) -> _Rewrite | None:
+        for rule in self._rewrites:
+            if (rule.broker_id is None or rule.broker_id == broker_id) and (
+                rule.api_key is None or rule.api_key == api_key
+            ):
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining == 0:
+                        self._rewrites.remove(rule)
+                return rule
+        return None
+
     def clear(self) -> None:
         self._latency_ms.clear()
         self._response_faults.clear()
         self._omissions.clear()
+        self._rewrites.clear()
+
+
+def _decoded_copy(response: Any, version: int) -> Any:
+    """The answer decoded afresh from its bytes (the simulator's own objects never touched)."""
+    message_class = getattr(response, "_message_class", None) or type(response)
+    message = message_class.decode(bytes(response.encode(version=version)), version=version)
+    try:
+        message._header  # noqa: B018 - decoded without one: encode() reads it
+    except AttributeError:
+        message._header = None
+    return message
+
+
+@dataclass(slots=True)
+class _Rewrite:
+    rewrite: Callable[[Any], None]
+    broker_id: int | None
+    api_key: int | None
+    remaining: int | None
+
+    def apply(self, response: Any, version: int) -> bytes:
+        message = _decoded_copy(response, version)
+        self.rewrite(message)
+        return bytes(message.encode(version=version))
 
 
 @dataclass(slots=True)
@@ -132,12 +187,7 @@ class _Omission:
     def apply(self, response: Any, version: int) -> bytes:
         """The answer's body with random array elements left out (decoded afresh, so the
         simulator's own objects are never touched)."""
-        message_class = getattr(response, "_message_class", None) or type(response)
-        message = message_class.decode(bytes(response.encode(version=version)), version=version)
-        try:
-            message._header  # noqa: B018 - decoded without one: encode() reads it
-        except AttributeError:
-            message._header = None
+        message = _decoded_copy(response, version)
         self._drop(message, version, "")
         return bytes(message.encode(version=version))
 

@@ -627,6 +627,9 @@ class BrokerListener:
         omission = self._faults.take_omission(self.broker_id, api_key)
         if omission is not None:
             body = omission.apply(response, api_version)
+        rewrite = self._faults.take_rewrite(self.broker_id, api_key)
+        if rewrite is not None:
+            body = rewrite.apply(response, api_version)
         return await self._send_payload(conn, api_key, body, header)
 
     async def _send_payload(
@@ -642,6 +645,11 @@ class BrokerListener:
             body = body[: len(body) // 2]
         payload = header + body
         frame = struct.pack(">i", len(payload)) + payload
+        if fault == "oversized":
+            # The size prefix claims 2 GiB - 1; the answer's own bytes follow. A client that
+            # trusts the prefix waits for (or allocates) 2 GiB.
+            frame = struct.pack(">i", 2**31 - 1) + payload
+            log.info("broker %d: injected 2 GiB size prefix (API %d)", self.broker_id, api_key)
         writer = conn.writer
         if fault == "truncate":
             # The broker died mid-write: part of the frame, then FIN.

@@ -6,6 +6,7 @@ reports stays what the full poll reports."""
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
 from exporter.collect import screening
 from exporter.collect.poll import ClusterPoller
-from exporter.collect.producers import SCREEN_FROM_STATES
+from exporter.collect.producers import SCREEN_FROM_STATES, TOO_LARGE_RETRY_MAX_POLLS
 from exporter.model import TopicPartition
 
 LIST_OFFSETS = 2
@@ -254,3 +255,111 @@ def test_batches_fit_the_response_limit_and_a_partition_too_large_alone_is_unobs
                 txn.abort()
         finally:
             p.close()
+
+
+def expire_idle_producer_states(sim: SimCluster, topic: str, partition: int) -> None:
+    """The producer states without an open transaction go, as producer.id.expiration.ms
+    makes them go (run on the simulator's thread)."""
+    producers = sim.state.log_of(sim.state.partition(topic, partition)).producers
+    for pid in [pid for pid, e in producers.items() if e.current_txn_first_offset < 0]:
+        del producers[pid]
+
+
+def test_a_partition_too_large_alone_is_asked_again_with_back_off_and_observed_when_it_shrinks(
+) -> None:
+    """What an oversized answer taught does not outlive it: a partition whose answer alone
+    crossed `max_response_bytes` is asked again alone (on a connection of its own, so its
+    leader's other partitions keep their answers) after 1, 2, 4, then every 4 polls; when its
+    producer states have expired it is observed again, its open transaction found."""
+    limit = 64 * 1024
+    with SimCluster(brokers=3, topics={HOT: PARTITIONS},
+                    broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        sim.call(seed_producer_states, sim.state, HOT, 0, 3000, now_ms=sim.clock.now_ms(),
+                 rng=random.Random(5))
+        p = ClusterPoller(cluster_settings(sim, "shrink", max_response_bytes=limit),
+                          clock_ms=sim.clock.now_ms)
+        hot0 = TopicPartition(HOT, 0)
+        try:
+            for _ in range(3):  # learnt: too large alone, screened clear
+                p.poll()
+            txn = open_transaction(sim.bootstrap_servers, "in-big", HOT, [0, 1],
+                                   now_ms=sim.clock.now_ms)
+            try:
+                reasons = []
+                for _ in range(6):  # LSO < HW: must be asked; still too large
+                    obs = p.poll()
+                    reasons.append(obs.unobserved.get(hot0))
+                    assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 1)}
+                    assert set(obs.unobserved) == {hot0}
+                assert set(reasons) == {"ANSWER_TOO_LARGE"}
+                sim.call(expire_idle_producer_states, sim, HOT, 0)
+                for _ in range(TOO_LARGE_RETRY_MAX_POLLS):  # the next retry is due by then
+                    obs = p.poll()
+                    if hot0 not in obs.unobserved:
+                        break
+                    assert obs.unobserved[hot0] == "ANSWER_TOO_LARGE"
+                assert not obs.unobserved
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {
+                    (HOT, 0), (HOT, 1)}
+            finally:
+                txn.abort()
+        finally:
+            p.close()
+
+
+FETCH = 1
+
+
+def listed_twice(topic: str, partition: int) -> Any:
+    """A Fetch answer rewritten as a buggy broker may send it: the partition listed a second
+    time, that copy saying LSO = HW (no open transaction below the HW)."""
+    def rewrite(response: Any) -> None:
+        for t in response.responses:
+            if t.topic != topic:
+                continue
+            for part in list(t.partitions):
+                if part.partition_index == partition:
+                    twin = copy.copy(part)
+                    twin.last_stable_offset = part.high_watermark
+                    twin.aborted_transactions = []
+                    t.partitions.append(twin)
+    return rewrite
+
+
+def another_session(response: Any) -> None:
+    """An incremental answer that is not the session's: another session id, no partitions."""
+    response.session_id = response.session_id + 1_000
+    response.responses = []
+
+
+@pytest.mark.parametrize("fault", ["listed_twice", "another_session"])
+def test_a_fetch_answer_that_contradicts_the_request_proves_nothing(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """A session answer that contradicts the request (a partition listed twice, the second
+    copy saying LSO = HW; an incremental answer of another session, with no partitions) is
+    not believed: the session is started again in full in the same poll, the partition is
+    asked DescribeProducers, and its open transaction is found in that poll and after."""
+    with asked(monkeypatch) as counts, poller(sim) as p:
+        for _ in range(3):  # learn, ListOffsets, the full fetch that starts the session
+            p.poll()
+        txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [5],
+                               now_ms=sim.clock.now_ms)
+        leader = sim.call(lambda: sim.state.partition(HOT, 5).leader_id)
+        rewrite = listed_twice(HOT, 5) if fault == "listed_twice" else another_session
+        sim.rewrite_responses(rewrite, broker_id=leader, api_key=FETCH, count=1)
+        try:
+            counts.clear()
+            obs = p.poll()
+            assert any(e.api == "Fetch" and e.broker_id == leader
+                       and e.error == "INCONSISTENT_ANSWER" for e in obs.request_errors)
+            assert (HOT, 5) in counts  # asked DescribeProducers, never "no transaction"
+            assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 5)}
+            assert not obs.unobserved
+            for _ in range(2):  # the broker honest again: still found
+                obs = p.poll()
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 5)}
+                assert not obs.unobserved
+        finally:
+            sim.clear_faults()
+            txn.abort()

@@ -7,6 +7,7 @@ did not move (docs/kafka-semantics.md#fetch-sessions)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -94,3 +95,71 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
             txn.abort()
         screened.close()
         full.close()
+
+
+@pytest.mark.parametrize("fault", ["listed_twice", "another_session"])
+def test_a_contradicting_session_answer_starts_a_new_session_in_the_same_poll(
+    real_kafka: RealKafkaCluster, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """One incremental answer is spoiled on its way (a partition listed twice, the copy
+    saying LSO = HW; or another session's id and no partitions): the exporter drops the
+    session and the broker opens a new one on the full Fetch sent in the same poll (epoch 0
+    naming the old session closes it: docs/kafka-semantics.md#fetch-sessions); the open
+    transaction is found in that poll, and the new session serves the next one."""
+    topic = create_topic(real_kafka, unique("contra"), partitions=PARTITIONS)
+    for p in range(PARTITIONS):
+        for _ in range(SCREEN_FROM_STATES + 1):
+            idempotent_write(real_kafka.bootstrap, topic, p)
+    asked = describe_producers_asked(monkeypatch)
+    answers: list[tuple[int, int, set[int]]] = []  # (session id, error, topic's partitions)
+    spoil: list[bool] = [False]
+    decode = screening._DECODE_FETCH
+
+    def spoiling(payload: bytes, version: int) -> Any:
+        response = decode(payload, version)
+        if spoil[0]:
+            spoil[0] = False
+            if fault == "another_session":
+                response.session_id += 1_000
+                response.responses = []
+            else:
+                for t in response.responses:
+                    for part in list(t.partitions):
+                        if t.topic == topic and part.partition_index == 2:
+                            t.partitions.append(dataclasses.replace(
+                                part, last_stable_offset=part.high_watermark))
+        answers.append((response.session_id, response.error_code, {
+            p.partition_index for t in response.responses if t.topic == topic
+            for p in t.partitions}))
+        return response
+
+    monkeypatch.setattr(screening, "_DECODE_FETCH", spoiling)
+    poller = ClusterPoller(cluster_settings(real_kafka, request_timeout_seconds=30.0))
+    txn = None
+    try:
+        for _ in range(3):  # learn, ListOffsets, the full Fetch that opens the session
+            poller.poll()
+        assert answers and answers[-1][0] != 0
+        txn = open_transaction(real_kafka.bootstrap, unique("contra-txn"), topic, [2])
+        answers.clear()
+        asked.clear()
+        spoil[0] = True
+        seen = poller.poll()
+        fetch_errors = [e.error for e in seen.request_errors if e.api == "Fetch"]
+        assert fetch_errors == ["INCONSISTENT_ANSWER"]
+        assert (topic, 2) in asked
+        assert {(t.topic, t.partition) for t in seen.open_transactions
+                if t.topic == topic} == {(topic, 2)}
+        assert not [tp for tp in seen.unobserved if tp.topic == topic]
+        _, (new_session, error, listed) = answers  # the spoiled one, then the full one
+        assert error == 0 and new_session != 0 and listed == set(range(PARTITIONS))
+        answers.clear()
+        after = poller.poll()  # an incremental Fetch on the new session
+        assert not [e for e in after.request_errors if e.api == "Fetch"]
+        assert [(s, e) for s, e, _ in answers] == [(new_session, 0)]
+        assert {(t.topic, t.partition) for t in after.open_transactions
+                if t.topic == topic} == {(topic, 2)}
+    finally:
+        if txn is not None:
+            txn.abort()
+        poller.close()

@@ -292,3 +292,35 @@ def test_every_broker_down_at_start_up(sim: SimCluster) -> None:
             sim.start_broker(broker)
         scraper.wait_for(lambda: scraper.get("/readyz")[0] == 200, "ready")
         wait_healthy(scraper)
+
+
+def polls(scraper: Scraper) -> float:
+    return scraper.value("kafka_txn_exporter_poll_duration_seconds_count") or 0.0
+
+
+def test_a_partition_whose_answer_was_too_large_is_observed_again_when_the_broker_heals(
+    sim: SimCluster,
+) -> None:
+    """The leader of the hanging transaction's partition answers DescribeProducers with a
+    2 GiB size prefix for a few polls: the partition is unobserved (never "no transaction")
+    while it does, and observed again within a few polls once its answers are normal: what
+    is learnt from a fault does not outlive it."""
+    leader = leader_of(sim, "t", 1)
+    with in_process_exporter(cluster_settings(sim)) as scraper:
+        wait_healthy(scraper)
+        sim.fail_next_responses("oversized", broker_id=leader, api_key=DESCRIBE_PRODUCERS,
+                                count=None)
+        scraper.wait_for(lambda: errors(scraper, broker=str(leader), api="DescribeProducers",
+                                        error="DECODE_ERROR") >= 1, "an oversized answer")
+        start = polls(scraper)
+        scraper.wait_for(lambda: polls(scraper) >= start + 3, "three polls of oversized answers")
+        assert hanging(scraper) is None
+        assert (scraper.value("kafka_txn_exporter_unobserved_partitions") or 0) >= 1
+        sim.clear_faults()
+        healed = polls(scraper)
+        scraper.wait_for(lambda: hanging(scraper) is not None, "the hanging transaction again",
+                         timeout=30.0)
+        assert polls(scraper) - healed <= 6  # a few polls, not "never"
+        scraper.wait_for(
+            lambda: scraper.value("kafka_txn_exporter_unobserved_partitions") == 0,
+            "every partition observed")
