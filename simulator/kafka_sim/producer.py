@@ -352,7 +352,10 @@ class RawProducer:
         markers reach the partitions after that, and until then each partition still holds the
         transaction open (docs/kafka-semantics.md#endtxn-returns-before-the-markers). A caller
         that needs the transaction over everywhere waits here for the coordinator's own state
-        to leave Prepare*, never for a fixed time."""
+        to leave Prepare*, never for a fixed time. A broker before 3.0 has no
+        DescribeTransactions to ask: there it returns at once, as EndTxn did before."""
+        if DescribeTransactionsRequest.API_KEY not in self._coordinator().negotiate():
+            return
 
         def send(client: RawKafkaClient) -> int:
             version = client.api_version(
