@@ -192,6 +192,11 @@ def test_dashboards_query_only_metrics_of_the_spec() -> None:
 def test_alert_rules_use_only_metrics_of_the_spec() -> None:
     rules = yaml.safe_load((ROOT / "dashboards" / "alerts" / "rules.yaml").read_text("utf-8"))
     exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    # Recording rules' own series (level:metric:operations) are the rules', not the exporter's.
+    records = {rule["record"] for group in rules["groups"] for rule in group["rules"]
+               if "record" in rule}
+    for record in records:
+        exprs = [expr.replace(record, "") for expr in exprs]
     names = _names_in(exprs)
     assert names, "no metric found in the rules"
     assert names <= _sample_names(), names - _sample_names()
