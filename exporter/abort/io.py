@@ -85,7 +85,8 @@ class AdminSession:
     """A ClusterClient on a private event loop, one step at a time.
 
     The loop is driven with run_until_complete per step so that `ClusterPoller.poll()`, which
-    runs its own loop, can be called between steps on the same thread."""
+    waits for the shared polling loop (`collect.loop`), can be called between steps on the
+    same thread."""
 
     def __init__(self, settings: ClusterSettings) -> None:
         self._loop = asyncio.new_event_loop()

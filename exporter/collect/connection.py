@@ -36,6 +36,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
+from exporter.collect.loop import DESCRIPTOR_ERRNOS, descriptors_exhausted
 from exporter.collect.parse import parse_finalized_features
 from exporter.model import FinalizedFeatures
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
@@ -171,6 +172,8 @@ class BrokerConnection:
                 f"({exc!r}); does this listener speak TLS?"
             ) from exc
         except OSError as exc:
+            if exc.errno in DESCRIPTOR_ERRNOS:
+                descriptors_exhausted(exc)
             raise BrokerUnreachable(
                 f"connect to {self.host}:{self.port}: {exc or repr(exc)}"
             ) from exc
