@@ -8,7 +8,8 @@ Run inside the exporter's container, this command presents the certificate given
 and what it checks is the answer, not the server's name. Exit status 0 on a 2xx or 3xx answer
 (the kubelet's rule for httpGet), 1 otherwise (the status or the error on one line, also when
 no complete answer came within --timeout, which bounds the whole probe), 2 on bad arguments
-(a --cert/--key that is not a regular file, or an encrypted key: the probe never prompts). No state is read or written besides the request.
+(a --cert/--key that is not a regular file, or an encrypted key: the probe never prompts).
+No state is read or written besides the request.
 """
 
 from __future__ import annotations
