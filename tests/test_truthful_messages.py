@@ -14,8 +14,11 @@ from kafka_sim.cluster import SimCluster
 from simhelpers import cluster_settings, poll_once
 
 from exporter.analyze import analyze
-from exporter.config import MAX_CLIENT_ID_BYTES, ConfigError, load_settings
+from exporter.config import ConfigError, load_settings
 from exporter.scan import exposure_note
+
+LONGEST_CLIENT_ID_BYTES = 2**15 - 1
+"""The request header's client_id is a nullable string with an int16 length."""
 
 
 def _note(profile: str) -> str | None:
@@ -90,7 +93,7 @@ def test_a_client_id_longer_than_the_request_header_allows_is_refused_at_load(
 
 def test_the_longest_client_id_kafka_can_carry_is_polled(tmp_path: Path) -> None:
     with SimCluster(brokers=1) as sim:
-        settings = load_settings(str(_config(tmp_path, "x" * MAX_CLIENT_ID_BYTES,
+        settings = load_settings(str(_config(tmp_path, "x" * LONGEST_CLIENT_ID_BYTES,
                                              sim.bootstrap_servers.split(",")[0])), env={})
         cluster = settings.clusters[0]
         snapshot = analyze(poll_once(sim, cluster), cluster)
