@@ -222,20 +222,20 @@ def _reload(
              **({"not_applied_until_restart": restart_needed} if restart_needed else {}))
 
 
-def check_descriptor_budget(clusters: int, nofile_limit: int) -> None:
-    """Every cluster holds at least one broker connection (one descriptor per broker it polls;
-    the polling loop is shared and costs none per cluster). Too many clusters for the
-    descriptor limit stop start-up with one line, instead of failing once connections open."""
+def descriptor_budget_warning(clusters: int, nofile_limit: int) -> str | None:
+    """Every reachable cluster holds at least one broker connection (one descriptor per broker
+    it polls; the polling loop is shared and costs none per cluster). More clusters than the
+    limit leaves for them is said at start-up; it is not refused (clusters that refuse
+    connections hold none), and if connects do run out, `serve` stops with exit 2."""
     web = connection_cap(MAX_HTTP_CONNECTIONS, nofile_limit)
     available = nofile_limit - web - RESERVED_DESCRIPTORS
-    if clusters > available:
-        raise ConfigError(
-            f"clusters: {clusters} clusters need at least {clusters} file descriptors (one "
-            f"broker connection each), but the descriptor limit (RLIMIT_NOFILE) is "
-            f"{nofile_limit}, of which {web + RESERVED_DESCRIPTORS} are kept for the web "
-            f"server and the process: raise the limit (ulimit -n, systemd LimitNOFILE, the "
-            f"container's nofile ulimit) or split the clusters across exporters"
-        )
+    if clusters <= available:
+        return None
+    return (f"{clusters} clusters need a descriptor per broker connection, but the descriptor "
+            f"limit (RLIMIT_NOFILE) is {nofile_limit}, of which {web + RESERVED_DESCRIPTORS} "
+            "are kept for the web server and the process: if connects run out, serve stops "
+            "with exit 2; raise the limit (ulimit -n, systemd LimitNOFILE, the container's "
+            "nofile ulimit) or split the clusters across exporters")
 
 
 def _take_signals(received: collections.deque[int], log: Any) -> tuple[bool, bool]:
@@ -273,7 +273,6 @@ def serve(
     store = SnapshotStore(settings.clusters)
     reloads = ReloadStatus()
     try:
-        check_descriptor_budget(len(settings.clusters), raise_nofile_limit())
         history = _open_history(settings)
         jobs = _make_jobs(settings.clusters, job_factory, history)
     except ConfigError as exc:
@@ -322,6 +321,9 @@ def serve(
         listen=f"{server.scheme}://{server.address}:{server.port}{settings.web.telemetry_path}",
         clusters=[c.name for c in settings.clusters],
     )
+    budget = descriptor_budget_warning(len(settings.clusters), raise_nofile_limit())
+    if budget is not None:
+        log.warning("descriptor_limit_low", detail=budget)
     if on_started is not None:
         on_started(server)
     exit_code = 0

@@ -36,7 +36,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
-from exporter.collect.loop import DESCRIPTOR_ERRNOS, descriptors_exhausted
+from exporter.collect.loop import DESCRIPTOR_ERRNOS, connect_slots, descriptors_exhausted
 from exporter.collect.parse import parse_finalized_features
 from exporter.model import FinalizedFeatures
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
@@ -147,16 +147,17 @@ class BrokerConnection:
         """Open the socket, negotiate ApiVersions, authenticate. Raises `CollectError`."""
         timeout = self._options.connect_timeout_seconds
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    self.host,
-                    self.port,
-                    ssl=self._options.ssl_context,
-                    server_hostname=self.host if self._options.ssl_context else None,
-                    limit=2**20,
-                ),
-                timeout,
-            )
+            async with connect_slots():
+                self._reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_connection(
+                        self.host,
+                        self.port,
+                        ssl=self._options.ssl_context,
+                        server_hostname=self.host if self._options.ssl_context else None,
+                        limit=2**20,
+                    ),
+                    timeout,
+                )
         except TimeoutError as exc:
             raise ConnectTimeout(
                 f"connect to {self.host}:{self.port} timed out after {timeout:g} s"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import resource
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -24,6 +26,26 @@ DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 """The process (EMFILE) or the system (ENFILE) has no descriptor left."""
 
 _on_descriptors_exhausted: Callable[[OSError], None] | None = None
+
+MIN_CONNECT_SLOTS = 16
+_connect_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary())
+
+
+def connect_slots() -> asyncio.Semaphore:
+    """Connects in progress at once on the running loop: a quarter of the descriptor limit.
+
+    Thousands of clusters start their first polls together; unbounded, their connects (each a
+    socket until it succeeds or fails) would take every descriptor at once even when most
+    brokers refuse at once, and the exporter would stop for a moment's peak."""
+    loop = asyncio.get_running_loop()
+    slots = _connect_slots.get(loop)
+    if slots is None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = soft if soft != resource.RLIM_INFINITY else 1 << 20
+        slots = asyncio.Semaphore(max(MIN_CONNECT_SLOTS, limit // 4))
+        _connect_slots[loop] = slots
+    return slots
 
 
 def set_descriptors_exhausted_handler(handler: Callable[[OSError], None] | None) -> None:
