@@ -465,6 +465,11 @@ class ConnectionPool:
             self._connections[key] = connection
             return connection
 
+    @property
+    def holds_connections(self) -> bool:
+        """Whether any connection (open or failed, not yet closed) is kept."""
+        return bool(self._connections)
+
     def open_connection(self, host: str, port: int) -> BrokerConnection | None:
         """The open connection to (host, port), if any; never connects."""
         connection = self._connections.get((host, port))

@@ -117,7 +117,10 @@ class ClusterPoller:
             if self._closed:
                 return
             self._closed = True
-            run_on_loop(self._client.close())
+            # Polls only add connections, under this lock: with none kept (a cluster that
+            # refused them) there is nothing to close, and no trip to the loop for it.
+            if self._client.pool.holds_connections:
+                run_on_loop(self._client.close())
 
     def cache_sizes(self) -> dict[str, int]:
         """Entries held between polls, per cache (each must stay bounded by what is open)."""
