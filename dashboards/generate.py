@@ -8,8 +8,8 @@ Run from the repository root:
 The dashboards are built with Grafana's own SDK (`grafana-foundation-sdk`, Grafana 11.x flavour) so
 their JSON follows Grafana's schema instead of hand-edited drift. The alert rules are a plain
 Prometheus rules file (`groups:`); the Helm chart gets the same rules as a template whose
-tunables (`for:`, severity, thresholds, runbook URL, exporter selector) it
-fills from its values. Tune a custom build with `--set ALERT.KEY=VALUE` (`--help`) and write it
+tunables (the `--set` keys below, the runbook URL, the exporter selector) it fills from its
+values. Tune a custom build with `--set ALERT.KEY=VALUE` (`--help`) and write it
 to another directory with `--out-dir`, keeping the checked-in defaults untouched.
 
 Every query is written to be correct with several exporter replicas scraping the same cluster:
@@ -30,18 +30,31 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from grafana_foundation_sdk.builders import common as common_b
-from grafana_foundation_sdk.builders import dashboard as dash_b
-from grafana_foundation_sdk.builders import prometheus as prom_b
-from grafana_foundation_sdk.builders import stat as stat_b
-from grafana_foundation_sdk.builders import statetimeline as statetimeline_b
-from grafana_foundation_sdk.builders import table as table_b
-from grafana_foundation_sdk.builders import timeseries as timeseries_b
-from grafana_foundation_sdk.cog.builder import Builder
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common as common_m
-from grafana_foundation_sdk.models import dashboard as dash_m
-from grafana_foundation_sdk.models import prometheus as prom_m
+
+try:
+    from grafana_foundation_sdk.builders import common as common_b
+    from grafana_foundation_sdk.builders import dashboard as dash_b
+    from grafana_foundation_sdk.builders import prometheus as prom_b
+    from grafana_foundation_sdk.builders import stat as stat_b
+    from grafana_foundation_sdk.builders import statetimeline as statetimeline_b
+    from grafana_foundation_sdk.builders import table as table_b
+    from grafana_foundation_sdk.builders import timeseries as timeseries_b
+    from grafana_foundation_sdk.cog.builder import Builder
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import common as common_m
+    from grafana_foundation_sdk.models import dashboard as dash_m
+    from grafana_foundation_sdk.models import prometheus as prom_m
+except ImportError as exc:  # the demo's environment: one line saying what to install
+    if not (exc.name or "").startswith("grafana_foundation_sdk"):
+        raise
+    print(
+        "python -m dashboards.generate needs the grafana-foundation-sdk package, which builds "
+        "the dashboards (the alert rules are written by the same run): from the repository "
+        "root, pip install -e '.[dashboards]' (in the demo's environment: .venv/bin/pip "
+        "install -e '.[dashboards]')",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 DASHBOARDS_DIR = Path(__file__).resolve().parent
 OVERVIEW_FILE = "kafka-transactions-overview.json"
@@ -1418,7 +1431,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--out-dir",
         type=Path,
         help="write dashboards and rules here instead of dashboards/ (and skip the chart's "
-        "files/): for a custom build of the rules",
+        "files/): for a custom build of the rules. Not the chart's files/ directory: a plain "
+        "run already writes the chart's dashboards and its rules template there",
     )
     parser.add_argument(
         "--set",
@@ -1454,6 +1468,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for alert, key, value in args.settings:
         settings.rules[alert][key] = value
     outputs: list[tuple[Path, dict[str, str]]] = []
+    if args.out_dir is not None and args.out_dir.resolve() == CHART_FILES_DIR:
+        # The chart takes a rules template, not rendered rules: rules.yaml there would be an
+        # untracked file that the chart never reads.
+        print("--out-dir: the chart's files/ are written by a plain `python -m "
+              "dashboards.generate` (its rules as a template); give another directory",
+              file=sys.stderr)
+        return 2
     if args.out_dir is not None:
         outputs.append((args.out_dir, render_all(settings)))
     else:

@@ -446,6 +446,9 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         open_transactions_by_start_time_source=dict(sorted(by_source.items())),
         orphaned_transactions=tuple(orphaned),
         finalized_transaction_version=finalized_transaction_version(obs),
+        supported_transaction_version=(
+            None if obs.finalized_features is None
+            else obs.finalized_features.supported_level(TRANSACTION_VERSION_FEATURE)),
         compacted_topics={
             topic: obs.compacted_topics[topic]
             for topic in sorted(

@@ -31,9 +31,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.collect.loop import set_descriptors_exhausted_handler
 from exporter.errors import EXIT_CONFIG_ERROR, ConfigError, say
 from exporter.expose.collector import new_family
-from exporter.expose.http import MetricsServer
+from exporter.expose.http import (
+    MAX_HTTP_CONNECTIONS,
+    MetricsServer,
+    connection_cap,
+    raise_nofile_limit,
+)
 from exporter.expose.registry import ExporterRegistry
 from exporter.expose.registry import build_registry as build_exporter_registry
 from exporter.logs import configure_logging, dropped_log_messages, get_logger
@@ -51,6 +57,9 @@ RELOAD_POLL_WAIT_SECONDS = SHUTDOWN_POLL_WAIT_SECONDS
 """How long a reload waits for the old configuration's running polls; a poll still running
 then is abandoned (its result is discarded for a removed cluster), so a SIGTERM right after a
 SIGHUP is still honoured within 5 s."""
+RESERVED_DESCRIPTORS = 64
+"""Descriptors kept for the process itself (standard streams, the listening socket, files
+read at start or on reload, the history's Parquet files), beyond the web connections."""
 IGNORED_SIGNALS = ("SIGUSR1", "SIGUSR2")
 SIGNAL_CHECK_SECONDS = 0.2
 """How often the main loop acts on the signals received (handlers only note them)."""
@@ -213,6 +222,22 @@ def _reload(
              **({"not_applied_until_restart": restart_needed} if restart_needed else {}))
 
 
+def descriptor_budget_warning(clusters: int, nofile_limit: int) -> str | None:
+    """Every reachable cluster holds at least one broker connection (one descriptor per broker
+    it polls; the polling loop is shared and costs none per cluster). More clusters than the
+    limit leaves for them is said at start-up; it is not refused (clusters that refuse
+    connections hold none), and if connects do run out, `serve` stops with exit 2."""
+    web = connection_cap(MAX_HTTP_CONNECTIONS, nofile_limit)
+    available = nofile_limit - web - RESERVED_DESCRIPTORS
+    if clusters <= available:
+        return None
+    return (f"{clusters} clusters need a descriptor per broker connection, but the descriptor "
+            f"limit (RLIMIT_NOFILE) is {nofile_limit}, of which {web + RESERVED_DESCRIPTORS} "
+            "are kept for the web server and the process: if connects run out, serve stops "
+            "with exit 2; raise the limit (ulimit -n, systemd LimitNOFILE, the container's "
+            "nofile ulimit) or split the clusters across exporters")
+
+
 def _take_signals(received: collections.deque[int], log: Any) -> tuple[bool, bool]:
     """Log and empty the signals noted since the last call: (stop requested, reload requested)."""
     stop_requested = reload_requested = False
@@ -280,6 +305,14 @@ def serve(
         for name in ("SIGTERM", "SIGINT", "SIGHUP", *IGNORED_SIGNALS):
             signal.signal(getattr(signal, name), _on_signal)
 
+    out_of_descriptors: list[OSError] = []
+    # Called on the polling loop's thread: only note it (the main loop stops the daemon).
+    set_descriptors_exhausted_handler(out_of_descriptors.append)
+    # Saying so needs descriptors too (the logger's lazy imports read files): one is kept
+    # in reserve for that line, and the logger is loaded now.
+    spare_descriptor = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    _ = log.error
+
     server.start()
     running.scheduler.start()
     log.info(
@@ -288,9 +321,24 @@ def serve(
         listen=f"{server.scheme}://{server.address}:{server.port}{settings.web.telemetry_path}",
         clusters=[c.name for c in settings.clusters],
     )
+    budget = descriptor_budget_warning(len(settings.clusters), raise_nofile_limit())
+    if budget is not None:
+        log.warning("descriptor_limit_low", detail=budget)
     if on_started is not None:
         on_started(server)
+    exit_code = 0
     while not stop.wait(SIGNAL_CHECK_SECONDS):
+        if out_of_descriptors:
+            # Polling on would report brokers as unreachable that are not: stop, and the
+            # absence of the exporter pages someone (its `up` series go away).
+            exit_code = EXIT_CONFIG_ERROR
+            os.close(spare_descriptor)
+            spare_descriptor = -1
+            log.error("descriptor_limit_reached", error=str(out_of_descriptors[0]),
+                      nofile_limit=raise_nofile_limit(), clusters=len(running.settings.clusters),
+                      action="stopping: raise the descriptor limit (ulimit -n) or split the "
+                             "clusters across exporters")
+            break
         stop_requested, reload_requested = _take_signals(received, log)
         if stop_requested:
             break
@@ -299,6 +347,9 @@ def serve(
                 log.warning("config_reload_unavailable", reason="no configuration to reload")
             else:
                 _reload(running, reload, store, job_factory, history, reloads)
+    set_descriptors_exhausted_handler(None)
+    if spare_descriptor >= 0:
+        os.close(spare_descriptor)
     log.info("exporter_stopping")
     clean = running.scheduler.shutdown(timeout_seconds=SHUTDOWN_POLL_WAIT_SECONDS)
     if history is not None and clean:
@@ -311,5 +362,5 @@ def serve(
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-        os._exit(0)
-    return 0
+        os._exit(exit_code)
+    return exit_code

@@ -316,6 +316,21 @@ def _bootstrap_servers(value: Any, path: str) -> tuple[str, ...]:
     return tuple(servers)
 
 
+MAX_CLIENT_ID_BYTES = 2**15 - 1
+"""Kafka's request header carries client_id as a nullable string with an int16 length: at most
+32,767 bytes of UTF-8. The protocol's own bound, not a stricter one: any id a broker accepts
+is accepted; a longer one cannot be encoded, and every request (so every poll) would fail."""
+
+
+def _client_id(value: Any, path: str) -> str:
+    text = _str(value, path)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_CLIENT_ID_BYTES:
+        raise ConfigError(f"{path}: at most {MAX_CLIENT_ID_BYTES} bytes in UTF-8 (Kafka's "
+                          f"request header gives it an int16 length), got {size}")
+    return text
+
+
 def _labels(value: Any, path: str) -> dict[str, str]:
     """A mapping of static labels, or 'k=v,k2=v2' (the env/flag form)."""
     if isinstance(value, str):
@@ -378,7 +393,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
 _CLUSTER_FIELDS: dict[str, Parser] = {
     "name": _cluster_name,
     "bootstrap_servers": _bootstrap_servers,
-    "client_id": _str,
+    "client_id": _client_id,
     "poll_interval_seconds": _bounded_duration("poll_interval_seconds"),
     "request_timeout_seconds": _bounded_duration("request_timeout_seconds"),
     "describe_producers_batch_size": _bounded_int(*INT_BOUNDS["describe_producers_batch_size"]),
@@ -768,7 +783,7 @@ class ClientEntry:
     sasl: SaslSettings | None
 
 
-_CLIENT_ENTRY_FIELDS: dict[str, Parser] = {"name": _cluster_name, "client_id": _str}
+_CLIENT_ENTRY_FIELDS: dict[str, Parser] = {"name": _cluster_name, "client_id": _client_id}
 
 
 def parse_client_entry(raw: Any, path: str, env: Mapping[str, str]) -> ClientEntry:

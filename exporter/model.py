@@ -146,6 +146,15 @@ class FinalizedFeatures:
     epoch: int
     levels: Mapping[str, int]
     """feature name -> finalized max version level."""
+    supported: Mapping[str, int] | None = None
+    """feature name -> the highest level this broker's Kafka version supports (SupportedFeatures
+    of ApiVersions v4+, which lists every feature, KIP-1022); None from a v3 answer, which
+    leaves out features whose lowest level is 0."""
+
+    def supported_level(self, feature: str) -> int | None:
+        """The highest level of `feature` the broker supports: 0 when a v4+ answer does not
+        list it (its Kafka version lacks it); None when not reported."""
+        return None if self.supported is None else self.supported.get(feature, 0)
 
     def level(self, feature: str) -> int:
         """A feature not finalized is at level 0 (KIP-584, KIP-1022: level 0 is never listed)."""
@@ -386,6 +395,9 @@ class ClusterSnapshot:
     finalized_transaction_version: int | None = None
     """The cluster's finalized `transaction.version` level (0 when not finalized); None when
     no broker reported finalized features."""
+    supported_transaction_version: int | None = None
+    """The highest `transaction.version` the brokers' Kafka version supports (0: it lacks the
+    feature, as 3.x does); None when not reported."""
     compacted_topics: Mapping[str, bool] = field(default_factory=dict)
     """Topics of the late and orphaned transactions whose cleanup.policy is known: True when
     compacted."""

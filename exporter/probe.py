@@ -6,19 +6,25 @@ every connection without a client certificate, and the kubelet's HTTP probes nev
 Run inside the exporter's container, this command presents the certificate given by --cert and
 --key. It does not verify the server's certificate: it talks to its own container over loopback,
 and what it checks is the answer, not the server's name. Exit status 0 on a 2xx or 3xx answer
-(the kubelet's rule for httpGet), 1 otherwise (the status or the error on one line), 2 on bad
-arguments. No state is read or written besides the request.
+(the kubelet's rule for httpGet), 1 otherwise (the status or the error on one line, also when
+no complete answer came within --timeout, which bounds the whole probe), 2 on bad arguments
+(a --cert/--key that is not a regular file, or an encrypted key: the probe never prompts).
+No state is read or written besides the request.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import ssl
+import stat
 import sys
+import threading
 import urllib.parse
 from typing import TextIO
 
+from exporter.tlsfiles import NoPassphrase, password_callback
 from exporter.version import PROG
 
 EXIT_OK = 0
@@ -34,14 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
             "2xx/3xx answer, 1 otherwise: an exec probe for a web port that requires client "
             "certificates, which the kubelet's HTTP probes do not send. The server's "
             "certificate is not verified (loopback, same container). Exit status 2: bad "
-            "arguments."
+            "arguments (also a --cert/--key that is not a regular file, or an encrypted "
+            "key: the probe never asks for a passphrase)."
         ),
     )
     parser.add_argument("url", help="http:// or https:// URL of /healthz or /readyz")
     parser.add_argument("--cert", metavar="FILE", help="client certificate (PEM) to present")
     parser.add_argument("--key", metavar="FILE", help="its private key (PEM)")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="give up after this many seconds (default 5)")
+                        help="give up after this many seconds, for the whole probe: connect, "
+                             "TLS, request and answer (default 5)")
     return parser
 
 
@@ -65,11 +73,36 @@ def run_probe(argv: list[str], *, stdout: TextIO | None = None,
     if not 0 < args.timeout <= 600:
         err.write(f"{PROG} probe: --timeout: expected seconds from 0 to 600, got {args.timeout}\n")
         return EXIT_USAGE
-    try:
-        status, reason = _get(url, args.cert, args.key, args.timeout)
-    except (OSError, http.client.HTTPException) as exc:
-        err.write(f"{PROG} probe: {args.url}: {type(exc).__name__}: {exc}\n")
+    context = None
+    if args.cert is not None:
+        try:
+            context = _client_context(args.cert, args.key)
+        except _BadFile as exc:
+            err.write(f"{PROG} probe: {exc}\n")
+            return EXIT_USAGE
+    outcome: list[tuple[int, str] | BaseException] = []
+
+    def get() -> None:
+        try:
+            outcome.append(_get(url, context, args.timeout))
+        except BaseException as exc:  # handed to the main thread
+            outcome.append(exc)
+
+    # The socket timeout bounds each read, not the probe: a server sending a byte every
+    # 0.3 s would keep it waiting for ever. The whole request gets `--timeout` seconds.
+    worker = threading.Thread(target=get, name="probe-request", daemon=True)
+    worker.start()
+    worker.join(args.timeout)
+    if not outcome:
+        err.write(f"{PROG} probe: {args.url}: no complete answer within {args.timeout:g} s\n")
         return EXIT_FAILED
+    result = outcome[0]
+    if isinstance(result, (OSError, http.client.HTTPException)):
+        err.write(f"{PROG} probe: {args.url}: {type(result).__name__}: {result}\n")
+        return EXIT_FAILED
+    if isinstance(result, BaseException):
+        raise result
+    status, reason = result
     line = f"{args.url}: {status} {reason}\n"
     if 200 <= status < 400:
         out.write(line)
@@ -78,16 +111,45 @@ def run_probe(argv: list[str], *, stdout: TextIO | None = None,
     return EXIT_FAILED
 
 
-def _get(url: urllib.parse.SplitResult, cert: str | None, key: str | None,
+class _BadFile(Exception):
+    """--cert or --key cannot be used; the message names the flag."""
+
+
+def _client_context(cert: str, key: str | None) -> ssl.SSLContext:
+    """The client certificate, loaded as `serve` loads its keys: only regular files (OpenSSL
+    would wait for ever on a FIFO) and never OpenSSL's "Enter PEM pass phrase:" prompt."""
+    for flag, path in (("--cert", cert), ("--key", key)):
+        if path is None:
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise _BadFile(f"{flag}: cannot read {path!r}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(mode):
+            raise _BadFile(f"{flag}: {path!r} is not a regular file")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        context.load_cert_chain(cert, key, password=password_callback(None))
+    except NoPassphrase:
+        raise _BadFile(f"--key: {key!r} is an encrypted private key; the probe never asks "
+                       "for a passphrase: give it an unencrypted key") from None
+    except (ssl.SSLError, OSError) as exc:
+        detail = getattr(exc, "reason", None) or "not a PEM certificate and private key"
+        raise _BadFile(f"--cert/--key: cannot load {cert!r}, {key!r}: {detail}") from None
+    return context
+
+
+def _get(url: urllib.parse.SplitResult, context: ssl.SSLContext | None,
          timeout: float) -> tuple[int, str]:
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
     connection: http.client.HTTPConnection
     if url.scheme == "https":
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        if cert is not None:
-            context.load_cert_chain(cert, key)
+        if context is None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
         connection = http.client.HTTPSConnection(url.hostname or "", url.port or 443,
                                                  timeout=timeout, context=context)
     else:

@@ -314,7 +314,17 @@ def exposure_note(snapshot: ClusterSnapshot) -> str | None:
     if exposed:
         parts.append(f"partition verification off on broker(s) {', '.join(exposed)}")
     if version is not None and version < 2:
-        parts.append(f"finalized transaction.version {version} (below 2)")
+        supported = snapshot.supported_transaction_version
+        if supported is not None and supported < 2:
+            # Kafka 3.x has no transaction.version 2 to raise (it came with 4.0).
+            parts.append("transaction.version 2 is not supported by the brokers' Kafka "
+                         f"version (it came with Kafka 4.0; finalized level {version})")
+        elif supported is not None:
+            parts.append(f"finalized transaction.version {version} (below 2; the brokers "
+                         f"support {supported}: kafka-features.sh upgrade --feature "
+                         "transaction.version=2)")
+        else:
+            parts.append(f"finalized transaction.version {version} (below 2)")
     if not parts:
         return None
     return f"{snapshot.cluster}: exposed to hanging transactions: {'; '.join(parts)}"

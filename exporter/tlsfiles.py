@@ -17,7 +17,7 @@ from collections.abc import Callable
 from exporter.errors import ConfigError
 
 
-class _NoPassphrase(Exception):
+class NoPassphrase(Exception):
     """Raised by the password callback when the key is encrypted and none was configured."""
 
 
@@ -26,7 +26,7 @@ def password_callback(key_password: str | None) -> Callable[[], bytes]:
 
     def supply() -> bytes:
         if key_password is None:
-            raise _NoPassphrase
+            raise NoPassphrase
         return key_password.encode("utf-8")
 
     return supply
@@ -55,7 +55,7 @@ def load_cert_chain(
     require_regular_file(key_file, f"{where}.key_file")
     try:
         context.load_cert_chain(cert_file, key_file, password=password_callback(key_password))
-    except _NoPassphrase:
+    except NoPassphrase:
         raise ConfigError(
             f"{where}.key_file: {key_file!r} is an encrypted private key; give its passphrase "
             "in a file with key_password_file"

@@ -9,6 +9,7 @@ UTF-8 text without echoing any of their bytes.
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 import threading
@@ -109,110 +110,147 @@ def read_password_file(path: str, where: str) -> str:
     return text
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with a nesting limit, an expansion limit and duplicate-key errors."""
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser when PyYAML has it (every PyYAML wheel does): the pure-Python scanner
+takes about a millisecond per cluster, so a 4 MiB file took a minute and hundreds of MB."""
 
-    def __init__(self, stream: str, what: str) -> None:
-        super().__init__(stream)
-        self._what = what
-        self._depth = 0
 
-    def _fail(self, message: str, mark: Any) -> ConfigError:
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        return ConfigError(f"{self._what}: {message}{where}")
+class _Frame:
+    """An open mapping or sequence of the event stream."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise self._fail(f"nested deeper than {MAX_DEPTH} levels",
-                                 self.peek_event().start_mark)  # type: ignore[no-untyped-call]
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    __slots__ = ("anchor", "at_key", "is_mapping", "keys", "mark", "size")
 
-    def compose_document(self) -> Any:
-        node = super().compose_document()
-        _check_expansion(node, self)
-        return node
+    def __init__(self, anchor: str | None, is_mapping: bool, mark: Any) -> None:
+        self.anchor = anchor
+        self.is_mapping = is_mapping
+        self.keys: set[tuple[str, str]] = set()
+        self.mark = mark
+        self.size = 1
+        """Values in this collection with every alias expanded (itself included)."""
+        self.at_key = True
+        """In a mapping: the next node is a key."""
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[tuple[str, str]] = set()
-            for key_node, _value in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == (
-                    "tag:yaml.org,2002:merge"
-                ):
-                    continue
-                key = (key_node.tag, key_node.value)
-                if key in seen:
-                    raise self._fail(f"duplicate key {_short(key_node.value)}",
-                                     key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+
+def _fail(what: str, message: str, mark: Any) -> ConfigError:
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return ConfigError(f"{what}: {message}{where}")
+
+
+def _check_events(loader: Any, what: str) -> None:
+    """One pass over the parser's events, before any node is built: nesting depth, duplicate
+    keys and the values aliases would add when expanded (an anchor counts once per use).
+
+    Linear in the file, without recursion: the composer that runs afterwards recurses once per
+    level, which MAX_DEPTH now bounds.
+    """
+    stack: list[_Frame] = []
+    sizes: dict[str, int] = {}
+    own_nodes = 0
+    while loader.check_event():
+        event = loader.get_event()
+        if isinstance(event, yaml.DocumentStartEvent):
+            sizes.clear()
+            own_nodes = 0
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            frame = stack.pop()
+            # Without aliases every value is counted once: size <= the file's own values.
+            if frame.size - own_nodes > MAX_EXPANDED_NODES:
+                raise _fail(what, f"expands to more than {MAX_EXPANDED_NODES} values beyond "
+                            "the file's own nodes (aliases multiply their anchors)", frame.mark)
+            if frame.anchor is not None:
+                sizes[frame.anchor] = frame.size
+            _add_child(stack, frame.size)
+            continue
+        if not isinstance(event, yaml.NodeEvent):
+            continue
+        if len(stack) + 1 > MAX_DEPTH:
+            raise _fail(what, f"nested deeper than {MAX_DEPTH} levels", event.start_mark)
+        parent = stack[-1] if stack else None
+        if parent is not None and parent.is_mapping and parent.at_key and isinstance(
+            event, yaml.ScalarEvent
+        ):
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+            if tag != "tag:yaml.org,2002:merge":
+                if (tag, event.value) in parent.keys:
+                    raise _fail(what, f"duplicate key {_short(event.value)}", event.start_mark)
+                parent.keys.add((tag, event.value))
+        if isinstance(event, yaml.AliasEvent):
+            if any(frame.anchor == event.anchor for frame in stack):
+                raise _fail(what, "an alias refers to its own anchor", event.start_mark)
+            # An unknown anchor is the composer's error, reported after this pass.
+            _add_child(stack, sizes.get(event.anchor or "", 1))
+            continue
+        own_nodes += 1
+        if isinstance(event, yaml.CollectionStartEvent):
+            stack.append(_Frame(event.anchor, isinstance(event, yaml.MappingStartEvent),
+                                event.start_mark))
+            continue
+        if event.anchor is not None:
+            sizes[event.anchor] = 1
+        _add_child(stack, 1)
+
+
+def _add_child(stack: list[_Frame], size: int) -> None:
+    if stack:
+        parent = stack[-1]
+        parent.size += size
+        parent.at_key = not parent.at_key
 
 
 def _short(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
-def _check_expansion(root: Any, loader: _Loader) -> None:
-    """Count nodes as if every alias were copied (an anchor counts once per use)."""
-    sizes: dict[int, int] = {}
-    visiting: set[int] = set()
-    stack: list[tuple[Any, bool]] = [(root, False)]
-    while stack:
-        node, children_done = stack.pop()
-        key = id(node)
-        children: list[Any] = []
-        if isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            children = [n for pair in node.value for n in pair]
-        if not children_done:
-            if key in sizes:
-                continue
-            if key in visiting:
-                raise loader._fail("an alias refers to its own anchor", node.start_mark)
-            visiting.add(key)
-            stack.append((node, True))
-            stack.extend((child, False) for child in children)
-            continue
-        visiting.discard(key)
-        total = 1 + sum(sizes[id(child)] for child in children)
-        # Without aliases every node is counted once: total <= distinct nodes seen so far.
-        if total - (len(sizes) + 1) > MAX_EXPANDED_NODES:
-            raise loader._fail(
-                f"expands to more than {MAX_EXPANDED_NODES} values beyond the file's own "
-                "nodes (aliases multiply their anchors)", node.start_mark,
-            )
-        sizes[key] = total
-
-
 def load_yaml_text(text: str, what: str) -> Any:
-    """Parse YAML text with the limits above; ConfigError names `what` and the line."""
+    """Parse YAML text with the limits above; ConfigError names `what` and the line.
+
+    Two passes over the text: the limits are checked on the parser's events, then PyYAML
+    builds the data (its own nodes are never walked again). The garbage collector is paused
+    meanwhile: the hundreds of thousands of objects a large file makes would otherwise be
+    scanned over and over as they are created.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        loader = _Loader(text, what)
+        checker = _LOADER(text)
+        try:
+            _check_events(checker, what)
+        finally:
+            checker.dispose()
+        loader = _LOADER(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.reader.ReaderError as exc:
         # A control character (\x00, \x01, ...): say where and which, never the text around.
-        line = text.count("\n", 0, max(0, exc.position)) + 1
         raise ConfigError(
-            f"{what}: invalid YAML (line {line}): control character U+{exc.character:04X} "
-            "is not allowed"
-        ) from None
-    try:
-        return loader.get_single_data()
-    except yaml.reader.ReaderError as exc:
-        raise ConfigError(
-            f"{what}: invalid YAML: control character U+{exc.character:04X} is not allowed"
+            f"{what}: invalid YAML (line {_line_of(text, exc)}): control character "
+            f"U+{exc.character:04X} is not allowed"
         ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
+        if problem == "exceeded maximum nesting depth":
+            # libyaml's own limit (1,000 levels), met while it reads ahead of the events.
+            raise ConfigError(f"{what}: nested deeper than {MAX_DEPTH} levels{where}") from None
         raise ConfigError(f"{what}: invalid YAML{where}: {problem}") from None
     finally:
-        loader.dispose()
+        if collecting:
+            gc.enable()
+
+
+def _line_of(text: str, exc: yaml.reader.ReaderError) -> int:
+    """The line of a reader error: libyaml gives a byte offset in the UTF-8 text, PyYAML's own
+    reader an index in the string (a newline is one of either)."""
+    position = max(0, exc.position)
+    if _LOADER is yaml.SafeLoader:
+        return text.count("\n", 0, position) + 1
+    return text.encode("utf-8").count(b"\n", 0, position) + 1
 
 
 def read_yaml_file(path: str, what: str, *, allow_pipe: bool = False) -> Any:

@@ -403,3 +403,35 @@ def test_admin_loader_once_config_accepts_the_admin_key(
     settings, admins = load_admin_settings(str(path), {})
     assert [c.name for c in settings.clusters] == ["sim"] and list(admins) == ["sim"]
     assert config_module.load_settings(str(path), env={}).clusters[0].name == "sim"
+
+
+def test_an_answer_listing_the_partition_twice_never_says_nothing_was_written(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker writes the marker, but its answer lists the partition twice, the first copy
+    with an error: the answer proves nothing either way, so the partition is checked."""
+    import exporter.abort.io as abort_io
+
+    parse = abort_io.parse_write_txn_markers
+
+    def twice(response: Any, tp: TopicPartition) -> tuple[int, ...]:
+        for marker in response.markers:
+            for topic in marker.topics:
+                if topic.name == tp.topic:
+                    written = topic.partitions[0]
+                    copy = type(written)(partition_index=written.partition_index,
+                                         error_code=47)  # INVALID_PRODUCER_EPOCH
+                    topic.partitions = [copy, *topic.partitions]
+        return parse(response, tp)
+
+    monkeypatch.setattr(abort_io, "parse_write_txn_markers", twice)
+    _, _, start = _hang(env)
+
+    code, out, err = env.abort("--yes", start_offset=start)
+
+    assert "Nothing was written" not in out + err
+    assert "lists t-0 2 times (INVALID_PRODUCER_EPOCH (47), NO_ERROR (0))" in err
+    assert "does not tell whether the marker was written" in err
+    assert code == EXIT_ABORTED, err
+    assert f"last stable offset {start} -> {start + 2}" in out  # it was written
+    assert env.log(0).batches[-1].is_control

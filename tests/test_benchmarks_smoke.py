@@ -354,3 +354,14 @@ def test_bench_idle_crowd_tiny_scrapes_a_real_serve_with_and_without_the_crowd()
         assert result[phase]["peak_rss_mib"] > 0
         assert result[phase]["peak_threads"] > 0
     assert {"ratio_p99", "ratio_rss", "machine", "load_average"} <= result.keys()
+
+
+def test_bench_config_load_tiny_judges_both_sizes_against_the_bare_parse() -> None:
+    _, results = _run("bench_config_load.py", "--sizes", "200,2000", "--repeat", "1")
+    (result,) = results
+    assert result["clusters_scaling"] == 10.0
+    assert result["exporter_cpu_scaling"] > 0
+    small, large = result["sizes"]
+    assert small["clusters"] == 200 and "pure_python" in small
+    assert large["exporter"]["cpu_seconds_median"] > 0 and large["cpu_ratio_exporter_vs_parse"]
+    assert result["machine"]["nproc"] and result["machine_load_average_at_start"]

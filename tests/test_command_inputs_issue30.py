@@ -61,7 +61,7 @@ SECRET = "hunter2-do-not-echo"
     (["--config", "transaction.max.timeout.ms=0"], "transaction.max.timeout.ms"),
     (["--sasl-user", f"u:{SECRET}"], "--sasl-user"),
     (["--sasl-user", SECRET], "--sasl-user"),
-    (["--host", "no-such-host.invalid"], "cannot start"),
+    (["--host", "no-such-host.invalid"], "--host 'no-such-host.invalid': cannot be resolved"),
     (["--host", "x" * 100_000], "--host"),
     (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.pem"], "--tls-cert"),
     (["--brokers", "0"], "--brokers"),
@@ -77,7 +77,7 @@ def test_sim_garbage_tls_files_and_a_port_in_use(tmp_path: object) -> None:
 
     garbage = Path(str(tmp_path)) / "garbage.pem"
     garbage.write_text("not a certificate\n")
-    assert "cannot start" in one_line_2(
+    assert "--tls-cert/--tls-key: cannot load" in one_line_2(
         run("sim", "--tls-cert", str(garbage), "--tls-key", str(garbage)))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

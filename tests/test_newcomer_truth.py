@@ -343,3 +343,60 @@ def test_demo_consumers_warn_about_a_slow_step_only_when_it_is_a_real_stall(
     assert len(results["default"]) == 1 and "Other pollers will time out" in results["default"][0]
     assert results["in_process"] == []
     assert SLOW_TASK_THRESHOLD_SECONDS >= 1
+
+
+# --------------------------------------------------------------------------- what a newcomer runs
+
+
+def test_readme_never_puts_sudo_before_a_script_that_elevates_itself() -> None:
+    """`sudo scripts/build-image` fails as root on a machine without sudo, and the script
+    already runs its privileged steps through sudo only when not root."""
+    for match in re.finditer(r"^\s*sudo (scripts/[\w.-]+)", (REPO / "README.md").read_text(),
+                             re.MULTILINE):
+        script = (REPO / match.group(1)).read_text()
+        assert "geteuid()" not in script and "id -u" not in script, match.group(0)
+
+
+def test_dashboards_generate_without_the_sdk_says_what_to_install() -> None:
+    """In the demo's environment (no grafana-foundation-sdk) --help and a run give one line
+    naming the extra to install, which pyproject.toml defines."""
+    code = ("import runpy, sys\n"
+            "sys.modules['grafana_foundation_sdk'] = None  # as if not installed\n"
+            "sys.argv = ['generate', *sys.argv[1:]]\n"
+            "runpy.run_module('dashboards.generate', run_name='__main__')\n")
+    for args in (["--help"], ["--out-dir", "unused"]):
+        done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "pip install -e '.[dashboards]'" in done.stderr
+        assert not (REPO / "unused").exists()
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(r.startswith("grafana-foundation-sdk") for r in extras["dashboards"])
+
+
+def test_generating_into_the_charts_files_is_refused_and_contributing_does_not_say_so(
+) -> None:
+    from dashboards.generate import CHART_FILES_DIR, main
+
+    rules = CHART_FILES_DIR / "alerts" / "rules.yaml"
+    assert not rules.exists()
+    assert main(["--out-dir", str(CHART_FILES_DIR)]) == 2
+    assert not rules.exists()  # the chart reads alerts/rules-template.yaml only
+    assert "--out-dir deploy/helm" not in (REPO / "CONTRIBUTING.md").read_text()
+
+
+def test_dashboards_generate_help_names_no_tunable_the_rules_do_not_use() -> None:
+    from dashboards.generate import AlertSettings, render_rules, render_rules_template
+
+    rules = render_rules(AlertSettings()) + render_rules_template()
+    done = subprocess.run([sys.executable, "-m", "dashboards.generate", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for field in ("keep_firing_for",):
+        if field not in rules:
+            assert field not in done.stdout, field

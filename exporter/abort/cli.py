@@ -9,7 +9,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TextIO
 
-from exporter.abort.decide import describe_plan, judge, marker_error_message, open_list
+from exporter.abort.decide import (
+    conflicting_marker_answer,
+    describe_plan,
+    judge,
+    marker_error_message,
+    open_list,
+)
 from exporter.abort.io import AbortFailed, AdminSession, PartitionState
 from exporter.abort.settings import AdminSettings, admin_cluster_settings, load_admin_settings
 from exporter.abort.two_phase import FORCE_FLAG, find_two_phase, refusal_line, two_phase_verdict
@@ -194,9 +200,14 @@ def _abort(
             return EXIT_ABORTED
         out.write("Writing this ABORT marker:\n" + plan)
         # 5. Write.
-        code = session.run(session.write_abort_marker(before.leader_id, tp, producer))
-        if code != 0:
-            raise AbortFailed(marker_error_message(code, admin, tp))
+        codes = session.run(session.write_abort_marker(before.leader_id, tp, producer))
+        if len(set(codes)) > 1:
+            # One partition asked, several answers that disagree: the answer cannot say
+            # whether the marker was written (never "nothing was written"); the partition can.
+            err.write(conflicting_marker_answer(codes, tp))
+            return _verify(session, tp, producer, before, out, err, answered=False)
+        elif codes[0] != 0:
+            raise AbortFailed(marker_error_message(codes[0], admin, tp))
         # 6. Verify: gone from DescribeProducers, LSO advanced.
         return _verify(session, tp, producer, before, out, err)
     finally:
@@ -210,7 +221,10 @@ def _verify(
     before: PartitionState,
     out: TextIO,
     err: TextIO,
+    answered: bool = True,
 ) -> int:
+    """`answered`: the WriteTxnMarkers answer said the marker was written (False: it did not
+    say, and only the partition tells)."""
     start = producer.current_txn_start_offset
     older = [
         p for p in before.producers
@@ -230,8 +244,10 @@ def _verify(
         if attempt + 1 < VERIFY_ATTEMPTS:
             time.sleep(VERIFY_DELAY_SECONDS)
     if after.open_at(start) is not None:
+        accepted = "the marker was accepted" if answered else (
+            "whether the marker was written is unknown")
         raise AbortFailed(
-            f"the marker was accepted but DescribeProducers still shows a transaction at "
+            f"{accepted} but DescribeProducers still shows a transaction at "
             f"offset {start} on {tp.topic}-{tp.partition}"
         )
     lso_text = f"{before.last_stable_offset} -> {after.last_stable_offset}"

@@ -235,6 +235,17 @@ def describe_plan(
     return "".join(f"  {k + ':':<{width}} {v}\n" for k, v in lines)
 
 
+def conflicting_marker_answer(codes: Sequence[int], tp: TopicPartition) -> str:
+    """A WriteTxnMarkers answer listing the one partition asked several times, with different
+    errors: whether the marker was written is not known from it."""
+    answers = ", ".join(f"{error_name(code)} ({code})" for code in codes)
+    return (
+        f"WARNING: the WriteTxnMarkers answer lists {tp.topic}-{tp.partition} {len(codes)} "
+        f"times ({answers}): it does not tell whether the marker was written; the partition "
+        "is checked instead.\n"
+    )
+
+
 def marker_error_message(code: int, admin: AdminSettings, tp: TopicPartition) -> str:
     """A WriteTxnMarkers per-partition error, with what to do about the common ones."""
     name = error_name(code)

@@ -53,14 +53,17 @@ def write_txn_markers_request(
     return build
 
 
-def parse_write_txn_markers(response: Any, tp: TopicPartition) -> int | None:
-    """WriteTxnMarkers answer -> the partition's error code, None when it is not mentioned."""
-    for marker in response.markers:
-        for topic in marker.topics:
-            for p in topic.partitions:
-                if topic.name == tp.topic and p.partition_index == tp.partition:
-                    return int(p.error_code)
-    return None
+def parse_write_txn_markers(response: Any, tp: TopicPartition) -> tuple[int, ...]:
+    """WriteTxnMarkers answer -> the error code of every copy of the partition in it (one
+    for a sound answer; none when it is not mentioned)."""
+    return tuple(
+        int(p.error_code)
+        for marker in response.markers
+        for topic in marker.topics
+        if topic.name == tp.topic
+        for p in topic.partitions
+        if p.partition_index == tp.partition
+    )
 
 
 class AbortFailed(Exception):
@@ -85,7 +88,8 @@ class AdminSession:
     """A ClusterClient on a private event loop, one step at a time.
 
     The loop is driven with run_until_complete per step so that `ClusterPoller.poll()`, which
-    runs its own loop, can be called between steps on the same thread."""
+    waits for the shared polling loop (`collect.loop`), can be called between steps on the
+    same thread."""
 
     def __init__(self, settings: ClusterSettings) -> None:
         self._loop = asyncio.new_event_loop()
@@ -154,8 +158,9 @@ class AdminSession:
 
     async def write_abort_marker(
         self, leader: int, tp: TopicPartition, producer: ProducerEntry
-    ) -> int:
-        """Send the marker; the partition's error code (0 = written)."""
+    ) -> tuple[int, ...]:
+        """Send the marker; the partition's error codes (one, 0 = written, from a sound
+        answer; several when the answer lists the partition more than once)."""
         try:
             response = await self._client.send(leader, write_txn_markers_request(tp, producer))
         except CollectError as exc:
@@ -163,9 +168,9 @@ class AdminSession:
                 f"WriteTxnMarkers to broker {leader}: {exc.kind}: {exc} (the marker may or may "
                 "not have been written: run the command again to check)"
             ) from exc
-        code = parse_write_txn_markers(response, tp)
-        if code is not None:
-            return code
+        codes = parse_write_txn_markers(response, tp)
+        if codes:
+            return codes
         raise AbortFailed("WriteTxnMarkers answer did not mention the partition")
 
 

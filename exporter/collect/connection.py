@@ -37,6 +37,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
+from exporter.collect.loop import DESCRIPTOR_ERRNOS, connect_slots, descriptors_exhausted
 from exporter.collect.parse import parse_finalized_features
 from exporter.collect.sasl.login import SaslLogin
 from exporter.model import FinalizedFeatures
@@ -151,16 +152,17 @@ class BrokerConnection:
         """Open the socket, negotiate ApiVersions, authenticate. Raises `CollectError`."""
         timeout = self._options.connect_timeout_seconds
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    self.host,
-                    self.port,
-                    ssl=self._options.ssl_context,
-                    server_hostname=self.host if self._options.ssl_context else None,
-                    limit=2**20,
-                ),
-                timeout,
-            )
+            async with connect_slots():
+                self._reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_connection(
+                        self.host,
+                        self.port,
+                        ssl=self._options.ssl_context,
+                        server_hostname=self.host if self._options.ssl_context else None,
+                        limit=2**20,
+                    ),
+                    timeout,
+                )
         except TimeoutError as exc:
             raise ConnectTimeout(
                 f"connect to {self.host}:{self.port} timed out after {timeout:g} s"
@@ -176,6 +178,8 @@ class BrokerConnection:
                 f"({exc!r}); does this listener speak TLS?"
             ) from exc
         except OSError as exc:
+            if exc.errno in DESCRIPTOR_ERRNOS:
+                descriptors_exhausted(exc)
             raise BrokerUnreachable(
                 f"connect to {self.host}:{self.port}: {exc or repr(exc)}"
             ) from exc
@@ -481,6 +485,11 @@ class ConnectionPool:
             await connection.close()
             raise
         return connection
+
+    @property
+    def holds_connections(self) -> bool:
+        """Whether any connection (open or failed, not yet closed) is kept."""
+        return bool(self._connections)
 
     def open_connection(self, host: str, port: int) -> BrokerConnection | None:
         """The open connection to (host, port), if any; never connects."""

@@ -25,6 +25,8 @@ from exporter.model import (
 PARTITION_VERIFICATION_CONFIG = "transaction.partition.verification.enable"
 CLEANUP_POLICY_CONFIG = "cleanup.policy"
 FIRST_API_VERSIONS_WITH_FEATURES = 3
+FIRST_API_VERSIONS_LISTING_EVERY_FEATURE = 4
+"""KIP-1022: v3 leaves out supported features whose lowest level is 0; v4 lists them all."""
 
 
 @dataclass(slots=True)
@@ -216,7 +218,10 @@ def parse_finalized_features(response: Any, version: int) -> FinalizedFeatures |
         if not 0 <= feature.min_version_level <= feature.max_version_level:
             return None  # impossible levels: the whole answer is not to be trusted
         levels[feature.name] = feature.max_version_level
-    return FinalizedFeatures(epoch=epoch, levels=levels)
+    supported: dict[str, int] | None = None
+    if version >= FIRST_API_VERSIONS_LISTING_EVERY_FEATURE:
+        supported = {f.name: f.max_version for f in response.supported_features or ()}
+    return FinalizedFeatures(epoch=epoch, levels=levels, supported=supported)
 
 
 CONSUMER_PROTOCOL_TYPES = frozenset({"consumer", ""})

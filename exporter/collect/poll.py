@@ -5,9 +5,10 @@ groups' committed offsets, gathered into a `ClusterObservation`.
 `ClusterPoller` only wires the phases; each is a collaborator with its own cache
 (`producers`, `start_times`, `broker_config`, `coordinators`, `lso`, `groups`), and every
 answer is read by the pure parsers of `collect.parse`. `poll()` is synchronous so a
-scheduler thread can call it; inside it runs an asyncio loop the poller owns (connections
-live on that loop and are reused between polls). Errors are kept per partition / per id and
-never crash the poll.
+scheduler thread can call it; the poll runs on the process's one polling loop
+(`collect.loop`: every cluster shares it, so a cluster costs no descriptor besides its broker
+connections, which live on that loop and are reused between polls). Errors are kept per
+partition / per id and never crash the poll.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
 from exporter.collect.coordinators import CoordinatorReader
 from exporter.collect.groups import ConsumerGroupReader
+from exporter.collect.loop import run as run_on_loop
 from exporter.collect.lso import LastStableOffsetReader, StableOffsets
 from exporter.collect.pollstate import ApiSupportLog, PollState, wall_clock_ms
 from exporter.collect.producers import ProducerStateReader
@@ -71,7 +73,6 @@ class ClusterPoller:
         self._also_ask = also_ask
         """Open transactions to ask coordinators about even on the first poll (abort: the
         one it may abort, so a young two-phase-commit transaction is recognised)."""
-        self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
         self._client = ClusterClient(settings)
         self._support = ApiSupportLog(settings.name)
@@ -109,15 +110,17 @@ class ClusterPoller:
         with self._lock:
             if self._closed:
                 raise RuntimeError("poller is closed")
-            return self._loop.run_until_complete(self._poll())
+            return run_on_loop(self._poll())
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._loop.run_until_complete(self._client.close())
-            self._loop.close()
+            # Polls only add connections, under this lock: with none kept (a cluster that
+            # refused them) there is nothing to close, and no trip to the loop for it.
+            if self._client.pool.holds_connections:
+                run_on_loop(self._client.close())
 
     def cache_sizes(self) -> dict[str, int]:
         """Entries held between polls, per cache (each must stay bounded by what is open)."""

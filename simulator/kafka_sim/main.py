@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import ssl
 import sys
 import time
@@ -138,6 +139,41 @@ def _short(text: str, limit: int = 64) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
+def _check_tls_files(parser: argparse.ArgumentParser, cert: str | None, key: str | None,
+                     ca: str | None) -> None:
+    """Load the TLS files once here, so that an error names its flag (and never prompts for
+    a passphrase: an encrypted key is refused)."""
+    def no_passphrase() -> bytes:
+        raise ValueError("encrypted")
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    if cert is not None and key is not None:
+        try:
+            context.load_cert_chain(cert, key, password=no_passphrase)
+        except ValueError:
+            parser.error(f"--tls-key: {_short(key)} is an encrypted private key (give an "
+                         "unencrypted one)")
+        except (ssl.SSLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or "not a PEM certificate and private key"
+            parser.error(f"--tls-cert/--tls-key: cannot load {_short(cert)}, {_short(key)}: "
+                         f"{reason}")
+    if ca is not None:
+        try:
+            context.load_verify_locations(ca)
+        except (ssl.SSLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or "not a PEM CA bundle"
+            parser.error(f"--tls-ca: cannot load {_short(ca)}: {reason}")
+
+
+def _check_host(parser: argparse.ArgumentParser, host: str) -> None:
+    """The listen address must resolve; the error names --host (999.1.1.1 does not)."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        parser.error(f"--host {_short(host)}: cannot be resolved: {reason}")
+
+
 _INTEGER_TYPES = {3: 2**31 - 1, 4: 2**15 - 1, 5: 2**63 - 1}  # INT, SHORT, LONG (ConfigType)
 _BOOLEAN_TYPE, _DOUBLE_TYPE = 1, 6
 
@@ -211,6 +247,8 @@ def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
         path = getattr(args, option)
         if path is not None and not os.path.isfile(path):
             parser.error(f"--{option.replace('_', '-')}: not a readable file: {_short(path)}")
+    _check_tls_files(parser, args.tls_cert, args.tls_key, args.tls_ca)
+    _check_host(parser, args.host)
 
     received: list[int] = []
 
@@ -238,7 +276,9 @@ def run_sim(argv: Sequence[str], prog: str = SIM_PROG) -> int:
             # A port in use, a host that does not resolve, TLS files that are not PEM: one
             # line, exit 2 (the message names files by path only, never their content).
             sim.close()
-            print(f"kafka-txn-exporter sim: cannot start: {_start_error(exc)}",
+            flags = "--host/--port-base" if isinstance(exc, OSError) and not isinstance(
+                exc, ssl.SSLError) else "--tls-cert/--tls-key/--tls-ca"
+            print(f"kafka-txn-exporter sim: cannot start ({flags}): {_start_error(exc)}",
                   file=sys.stderr, flush=True)
             return EXIT_USAGE
         try:

@@ -24,6 +24,7 @@ from realtools import (
 )
 
 from exporter.model import PartitionVerification
+from exporter.scan import exposure_note
 
 REFRESH = {"config_refresh_seconds": 0.5}
 """Broker config and features are cached for config_refresh_seconds: small, so a change shows
@@ -133,9 +134,16 @@ def test_finalized_transaction_version_follows_the_features_tool(
             assert refused.startswith("rc=1") and "does not support" in refused, refused
             _, snapshot = env.poll()
             assert snapshot.finalized_transaction_version == 0
+            # Its ApiVersions v4 lists no transaction.version among the supported features:
+            # scan says the Kafka version lacks level 2, not to raise the feature.
+            assert snapshot.supported_transaction_version == 0
+            note = exposure_note(snapshot)
+            assert note is not None and "transaction.version 2 is not supported by the " \
+                "brokers' Kafka version" in note
             return
         # 4.x formats new clusters at transaction.version 2 (KIP-890 part 2).
         assert initial == 2
+        assert snapshot.supported_transaction_version == 2
         current = initial
         try:
             for level in (1, 0, 2):
@@ -144,11 +152,15 @@ def test_finalized_transaction_version_follows_the_features_tool(
                 verb = "upgraded" if upgrade else "downgraded"
                 assert out.startswith("rc=0") and f"was {verb} to {level}" in out, out
                 current = level
-                poll_until(
+                _, polled, _ = poll_until(
                     env,
                     lambda _o, s, level=level: s.finalized_transaction_version == level,
                     max_polls=FEW_POLLS,
                 )
+                if level < 2:  # supported, just not finalized: the note says how to raise it
+                    note = exposure_note(polled)
+                    assert note is not None and "the brokers support 2: kafka-features.sh " \
+                        "upgrade --feature transaction.version=2" in note, note
         finally:
             if current != initial:
                 set_transaction_version(real_kafka, initial, upgrade=True)
