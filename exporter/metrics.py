@@ -217,6 +217,13 @@ METRICS: tuple[MetricSpec, ...] = (
         (),
     ),
     MetricSpec(
+        "kafka_txn_exporter_http_auth_failures_total", "counter",
+        "HTTP requests refused by basic auth, by reason: missing (no usable credentials), "
+        "wrong (refused by bcrypt), not_checked (too many checks waiting, answered 503). "
+        "Only when basic_auth_users is set.",
+        ("reason",),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_config_reload_total", "counter",
         "Configuration reloads (SIGHUP) by result; a failed one keeps the old configuration.",
         ("result",),

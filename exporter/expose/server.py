@@ -11,30 +11,43 @@ its request at once, so it is never the one closed, however many idle clients th
 client address limits were not chosen: Prometheus often shares an address (NAT, a sidecar, a
 node) with other clients, and such a limit can lock out the scraper itself.
 
-One request per connection (`Connection: close`), as Prometheus scrapes. Every connection has
-a deadline for its request head (TLS handshake included) and one for the whole exchange.
+Connections are kept alive (HTTP/1.1 persistent connections; HTTP/1.0 with `Connection:
+keep-alive`): Prometheus reuses its connection from one scrape to the next, so a scrape costs
+no TCP or TLS handshake. A connection between two requests is idle like one that has not sent
+its first request yet: it is closed after the idle timeout, and first when the cap is reached
+(the scraper's client opens a new one). Every request has a deadline for its head (TLS
+handshake included on the first) and one for the whole exchange.
+
+An optional `gate` (basic auth) sees each complete request on the event loop before the app:
+it answers at once (a cached verdict) or awaits work done elsewhere, so a request it holds
+never occupies an app thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from io import BytesIO
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from exporter.logs import get_logger
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+Response = tuple[str, list[tuple[str, str]], bytes]
+Gate = Callable[[dict[str, Any]], Awaitable[Response | None]]
+"""Sees a complete request on the event loop: None lets it through to the app, a response
+answers it instead."""
 
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
 """Request line and headers together; more is answered 431."""
@@ -50,7 +63,13 @@ _REFUSED_PLAIN = (
     b"too many concurrent requests\n"
 )
 _STATUS_TEXT = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large",
-                431: "Request Header Fields Too Large", 505: "HTTP Version Not Supported"}
+                431: "Request Header Fields Too Large", 501: "Not Implemented",
+                505: "HTTP Version Not Supported"}
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
+"""ASCII digits only: str.isdigit() also takes other scripts' digits and superscripts."""
+_MAX_EMPTY_LINES = 8
+"""Empty lines ignored before a request line (RFC 9112 2.2: a client may send one after a
+request's body)."""
 
 
 class _Stream:
@@ -133,6 +152,12 @@ class _Stream:
                 raise _BadRequest(431)
             await self._more()
 
+    async def wait_data(self) -> None:
+        """Until some bytes of the next request are here (the idle wait of a kept-alive
+        connection)."""
+        if not self._buffer:
+            await self._more()
+
     async def readexactly(self, size: int) -> bytes:
         while len(self._buffer) < size:
             await self._more()
@@ -187,7 +212,10 @@ class ServerLimits:
     head_timeout_seconds: float
     """From accept to the end of the request head, TLS handshake included."""
     request_deadline_seconds: float
-    """From accept to the last byte of the answer."""
+    """From accept (or, on a kept-alive connection, from the first byte of a request) to the
+    last byte of the answer."""
+    idle_timeout_seconds: float = 120.0
+    """A kept-alive connection waits this long for its next request."""
     stop_grace_seconds: float = 1.0
     listen_backlog: int = 4096
 
@@ -211,9 +239,12 @@ class EventLoopHttpServer:
         app: WsgiApp,
         limits: ServerLimits,
         ssl_context: ssl.SSLContext | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self._listen = listen
         self._app = app
+        self._gate = gate
+        self._stopping = False
         self.limits = limits
         self._ssl = ssl_context
         self._counters = _Counters()
@@ -276,6 +307,7 @@ class EventLoopHttpServer:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _shutdown(self) -> None:
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         deadline = time.monotonic() + self.limits.stop_grace_seconds
@@ -324,8 +356,7 @@ class EventLoopHttpServer:
             _abort(writer)
             return
         try:
-            await asyncio.wait_for(self._exchange(connection, reader),
-                                   self.limits.request_deadline_seconds)
+            await self._exchange(connection, reader)
         except (TimeoutError, asyncio.CancelledError, ConnectionError, OSError, ssl.SSLError):
             pass
         except Exception:
@@ -354,31 +385,69 @@ class EventLoopHttpServer:
         return True
 
     async def _exchange(self, connection: _Connection, reader: asyncio.StreamReader) -> None:
+        """Requests on one connection, one after the other, until one of them (or the server)
+        closes it or a timeout does."""
         stream = _Stream.wrap(reader, connection.writer, self._ssl)
-        try:
-            environ = await asyncio.wait_for(self._read_request(connection, stream),
-                                             self.limits.head_timeout_seconds)
-        except TimeoutError:
-            return  # nothing complete in time: no answer is owed
-        except ssl.SSLError as exc:
-            get_logger("exporter.http").debug(
-                "tls_handshake_failed", client=connection.peer, error=str(exc))
-            return
-        except _BadRequest as bad:
-            await self._send(stream, _error_response(bad.status), head=False)
-            return
-        connection.waiting = False
         loop = asyncio.get_running_loop()
-        response = await loop.run_in_executor(self._pool, _call_app, self._app, environ)
-        await self._send(stream, response, head=environ["REQUEST_METHOD"] == "HEAD")
-        get_logger("exporter.http").debug(
-            "http_request", client=connection.peer, method=environ["REQUEST_METHOD"],
-            path=environ["PATH_INFO"], status=response[0])
+        limits = self.limits
+        began = connection.accepted  # time.monotonic(), the event loop's clock
+        first = True
+        while True:
+            if not first:
+                try:
+                    async with asyncio.timeout(limits.idle_timeout_seconds):
+                        await stream.wait_data()
+                except TimeoutError:
+                    return  # idle too long: close without a word, as between requests
+                began = loop.time()
+            head_by = began + min(limits.head_timeout_seconds, limits.request_deadline_seconds)
+            try:
+                async with asyncio.timeout_at(head_by):
+                    if first and self._ssl is not None:
+                        await stream.handshake()
+                    environ = await self._read_request(connection, stream)
+            except TimeoutError:
+                return  # nothing complete in time: no answer is owed
+            except ssl.SSLError as exc:
+                get_logger("exporter.http").debug(
+                    "tls_handshake_failed", client=connection.peer, error=str(exc))
+                return
+            except _BadRequest as bad:
+                async with asyncio.timeout_at(began + limits.request_deadline_seconds):
+                    await self._send(stream, _error_response(bad.status), head=False,
+                                     keep_alive=False, http10=False)
+                return
+            connection.waiting = False
+            keep_alive = _keep_alive(environ)
+            http10 = environ["SERVER_PROTOCOL"] == "HTTP/1.0"
+            async with asyncio.timeout_at(began + limits.request_deadline_seconds):
+                response = await self._gate(environ) if self._gate is not None else None
+                if response is None:
+                    response = await loop.run_in_executor(self._pool, _call_app, self._app,
+                                                          environ)
+                keep_alive = keep_alive and not self._stopping
+                await self._send(stream, response, head=environ["REQUEST_METHOD"] == "HEAD",
+                                 keep_alive=keep_alive, http10=http10)
+            get_logger("exporter.http").debug(
+                "http_request", client=connection.peer, method=environ["REQUEST_METHOD"],
+                path=environ["PATH_INFO"], status=response[0])
+            if not keep_alive:
+                return
+            # Idle again, and the youngest idle connection (the last to be closed for room).
+            connection.waiting = True
+            if connection in self._connections:  # not closed to make room meanwhile
+                del self._connections[connection]
+                self._connections[connection] = None
+            first = False
 
     async def _read_request(self, connection: _Connection, stream: _Stream) -> dict[str, Any]:
-        if self._ssl is not None:
-            await stream.handshake()
         line = await stream.readline(MAX_REQUEST_HEAD_BYTES)
+        size = len(line)
+        for _ in range(_MAX_EMPTY_LINES):
+            if line not in (b"\r\n", b"\n"):
+                break
+            line = await stream.readline(MAX_REQUEST_HEAD_BYTES - size)
+            size += len(line)
         parts = line.decode("latin-1").strip().split()
         if len(parts) != 3:
             raise _BadRequest(400)  # HTTP/0.9 ("GET /") or garbage: answered at once
@@ -386,7 +455,6 @@ class EventLoopHttpServer:
         if not version.startswith("HTTP/1."):
             raise _BadRequest(505 if version.startswith("HTTP/") else 400)
         headers: list[tuple[str, str]] = []
-        size = len(line)
         while True:
             line = await stream.readline(MAX_REQUEST_HEAD_BYTES - size)
             size += len(line)
@@ -396,12 +464,15 @@ class EventLoopHttpServer:
             if not colon or not name or name != name.strip():
                 raise _BadRequest(400)
             headers.append((name, value.strip()))
-        environ = self._environ(connection, method, target, version, headers)
-        length = environ.get("CONTENT_LENGTH") or "0"
-        if not length.isdigit():
-            raise _BadRequest(400)
+        if any(name.lower() == "transfer-encoding" for name, _ in headers):
+            raise _BadRequest(501)  # no endpoint takes a body, let alone a chunked one
+        lengths = {value for name, value in headers if name.lower() == "content-length"}
+        length = lengths.pop() if len(lengths) == 1 else "0" if not lengths else ""
+        if not _CONTENT_LENGTH.fullmatch(length):
+            raise _BadRequest(400)  # not a number, or two different lengths
         if int(length) > MAX_REQUEST_BODY_BYTES:
             raise _BadRequest(413)
+        environ = self._environ(connection, method, target, version, headers)
         environ["wsgi.input"] = BytesIO(await stream.readexactly(int(length)))
         return environ
 
@@ -409,6 +480,13 @@ class EventLoopHttpServer:
         self, connection: _Connection, method: str, target: str, version: str,
         headers: list[tuple[str, str]],
     ) -> dict[str, Any]:
+        if target[:8].lower().startswith(("http://", "https://")):
+            # The absolute form (RFC 9112 3.2.2), which HTTP/1.1 servers must accept; its
+            # authority replaces the Host header.
+            absolute = urlsplit(target)
+            target = (absolute.path or "/") + ("?" + absolute.query if absolute.query else "")
+            headers = [(n, v) for n, v in headers if n.lower() != "host"]
+            headers.append(("Host", absolute.netloc))
         path, _, query = target.partition("?")
         host, port = self.server_address
         environ: dict[str, Any] = {
@@ -437,22 +515,36 @@ class EventLoopHttpServer:
                     else value
         return environ
 
-    async def _send(
-        self, stream: _Stream, response: tuple[str, list[tuple[str, str]], bytes], *, head: bool,
-    ) -> None:
+    async def _send(self, stream: _Stream, response: Response, *, head: bool,
+                    keep_alive: bool, http10: bool) -> None:
+        """The answer (its head only for HEAD, with the length a GET would have); unless kept
+        alive, then the end of the connection."""
         status, headers, body = response
         names = {name.lower() for name, _ in headers}
         lines = [f"HTTP/1.1 {status}"]
         lines += [f"{name}: {value}" for name, value in headers]
         if "content-length" not in names:
             lines.append(f"Content-Length: {len(body)}")
-        lines.append("Connection: close")
+        if not keep_alive:
+            lines.append("Connection: close")
+        elif http10:
+            lines.append("Connection: keep-alive")
         await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
                           + (b"" if head else body))
-        await stream.close_write()
+        if not keep_alive:
+            await stream.close_write()
 
 
-def _call_app(app: WsgiApp, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+def _keep_alive(environ: dict[str, Any]) -> bool:
+    """HTTP/1.1 keeps the connection unless the client says `close`; HTTP/1.0 closes it unless
+    the client says `keep-alive`."""
+    tokens = {t.strip().lower() for t in str(environ.get("HTTP_CONNECTION", "")).split(",")}
+    if "close" in tokens:
+        return False
+    return environ["SERVER_PROTOCOL"] != "HTTP/1.0" or "keep-alive" in tokens
+
+
+def _call_app(app: WsgiApp, environ: dict[str, Any]) -> Response:
     """Run the WSGI app on a pool thread; a failure is a 500, never a dropped connection."""
     captured: list[Any] = []
 
@@ -474,7 +566,7 @@ def _call_app(app: WsgiApp, environ: dict[str, Any]) -> tuple[str, list[tuple[st
         return _error_response(500)
 
 
-def _error_response(status: int) -> tuple[str, list[tuple[str, str]], bytes]:
+def _error_response(status: int) -> Response:
     text = _STATUS_TEXT.get(status, "Internal Server Error")
     body = f"{text}\n".encode()
     return f"{status} {text}", [("Content-Type", "text/plain; charset=utf-8")], body
