@@ -192,12 +192,13 @@ usual scrape intervals (1 min by default, 2 min at most in common setups), so a 
 its connection. An idle connection holds no thread and is the first closed when the
 connection cap is reached."""
 MAX_HTTP_CONNECTIONS = 1024
-"""Connections open at once (under TLS each holds some 52 KiB of OpenSSL state: a bound on
-memory). When full, the connection that has waited longest without sending
-a complete request is closed to make room (counted in
-kafka_txn_exporter_http_connections_refused_total); only when every open connection has sent
-its request is a new one refused (503 on plain HTTP, closed on TLS). Lowered to a quarter of the
-process's descriptor limit when that is smaller, so Kafka polling keeps its descriptors."""
+"""Connections open at once (under TLS each one past its ClientHello holds some 52 KiB of
+OpenSSL state: a bound on memory). When full, the oldest connection whose first flight is not
+whole yet is closed to make room, else the one that has waited longest without sending a
+complete request (counted in kafka_txn_exporter_http_connections_refused_total); only when
+every open connection has sent its request is a new one refused (503 on plain HTTP, closed on
+TLS). Lowered to a quarter of the process's descriptor limit when that is smaller, so Kafka
+polling keeps its descriptors."""
 STOP_GRACE_SECONDS = 1.0
 """On stop, answers already under way get this long to finish before their connections are
 cut (a scrape of a few MB takes milliseconds; a trickling client is not waited for)."""
