@@ -14,12 +14,16 @@ from collections.abc import Sequence
 class Crowd:
     """Keeps `size` hostile connections to 127.0.0.1 open, from one thread, spread evenly over
     `kinds` (kind, port): "slowloris" (a header line, then a byte a second), "http09" (an
-    HTTP/0.9 request line), "tls_half_open" (five bytes of a ClientHello, then nothing). Each
-    connection the server closes is opened again within a second."""
+    HTTP/0.9 request line), "tls_half_open" (five bytes of a ClientHello, then nothing),
+    "idle" (nothing at all). Each connection the server closes is opened again within a
+    second, or at once with `reopen_at_once` (a crowd larger than the server's connection cap
+    then reconnects as fast as the server closes it)."""
 
-    def __init__(self, kinds: Sequence[tuple[str, int]], size: int) -> None:
+    def __init__(self, kinds: Sequence[tuple[str, int]], size: int,
+                 reopen_at_once: bool = False) -> None:
         self._kinds = list(kinds)
         self._size = size
+        self._reopen_at_once = reopen_at_once
         self._selector = selectors.DefaultSelector()
         self._stop = threading.Event()
         self.opened = 0
@@ -46,9 +50,11 @@ class Crowd:
         sock.setblocking(False)
         first = {"slowloris": b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: ",
                  "http09": b"GET /metrics\r\n",
-                 "tls_half_open": b"\x16\x03\x01\x02\x00"}[kind]
+                 "tls_half_open": b"\x16\x03\x01\x02\x00",
+                 "idle": b""}[kind]
         try:
-            sock.send(first)
+            if first:
+                sock.send(first)
         except OSError:
             sock.close()
             return
@@ -72,7 +78,10 @@ class Crowd:
                     self.answered_09 += 1
                 self._selector.unregister(sock)
                 sock.close()
-                closed.append(index)
+                if self._reopen_at_once:
+                    self._open(index)
+                else:
+                    closed.append(index)
             if time.monotonic() - last_trickle >= 1.0:  # slowloris: one byte a second
                 last_trickle = time.monotonic()
                 for index in closed:

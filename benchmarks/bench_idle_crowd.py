@@ -77,6 +77,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--scrape-every", type=float, default=0.05)
     parser.add_argument("--tls", action="store_true", help="HTTPS + basic auth")
+    parser.add_argument("--reopen-at-once", action="store_true",
+                        help="the crowd reconnects as soon as the server closes a connection")
+    parser.add_argument("--kinds", default="slowloris,http09",
+                        help="crowd kinds (benchmarks/_crowd.py); with --tls, tls_half_open "
+                        "is added")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         web_config = None
@@ -87,10 +92,10 @@ def main() -> int:
             url = url.replace("localhost", "127.0.0.1")
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             baseline = _phase(url, pid, args.seconds, args.scrape_every)
-            kinds = [("slowloris", port), ("http09", port)]
+            kinds = [(kind, port) for kind in args.kinds.split(",")]
             if args.tls:
                 kinds.append(("tls_half_open", port))
-            with Crowd(kinds, args.crowd) as crowd:
+            with Crowd(kinds, args.crowd, args.reopen_at_once) as crowd:
                 time.sleep(1.0)
                 loaded = _phase(url, pid, args.seconds, args.scrape_every)
                 opened = crowd.opened
@@ -98,6 +103,8 @@ def main() -> int:
         "benchmark": "idle_crowd",
         "tls": args.tls,
         "crowd": args.crowd,
+        "crowd_kinds": [kind for kind, _ in kinds],
+        "reopen_at_once": args.reopen_at_once,
         "crowd_connections_opened": opened,
         "baseline": baseline,
         "with_crowd": loaded,

@@ -99,7 +99,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "kafka_two_phase_transaction_age_seconds", "gauge",
         "Age of each open two-phase-commit transaction (KIP-939: the coordinator tracks it "
         "with timeout 2147483647 and never aborts it; an external coordinator decides it), "
-        "with its identity; stuck=\"true\" once older than the cluster's "
+        "with its identity; label stuck=true once older than the cluster's "
         "two_phase_late_seconds. Never counted as late or hanging.",
         (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
          "transactional_id", "stuck"),
@@ -221,6 +221,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "kafka_txn_exporter_http_connections_refused_total", "counter",
         "HTTP connections closed unserved because the connection cap was reached.",
         (),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_http_auth_failures_total", "counter",
+        "HTTP requests refused by basic auth, by reason: missing (no usable credentials), "
+        "wrong (refused by bcrypt), not_checked (too many checks waiting, answered 503). "
+        "Only when basic_auth_users is set.",
+        ("reason",),
     ),
     MetricSpec(
         "kafka_txn_exporter_config_reload_total", "counter",

@@ -365,3 +365,24 @@ def test_bench_config_load_tiny_judges_both_sizes_against_the_bare_parse() -> No
     assert small["clusters"] == 200 and "pure_python" in small
     assert large["exporter"]["cpu_seconds_median"] > 0 and large["cpu_ratio_exporter_vs_parse"]
     assert result["machine"]["nproc"] and result["machine_load_average_at_start"]
+
+
+def test_bench_idle_crowd_tiny_with_a_crowd_that_reconnects_at_once() -> None:
+    _, results = _run("bench_idle_crowd.py", "--crowd", "40", "--seconds", "1.5",
+                      "--reopen-at-once", "--kinds", "idle,http09")
+    (result,) = results
+    assert result["reopen_at_once"] is True and result["crowd_kinds"] == ["idle", "http09"]
+    assert result["crowd_connections_opened"] >= 40  # http09 lines are answered, reopened
+    assert result["with_crowd"]["scrapes"] >= 3
+
+
+def test_bench_password_guessing_tiny_scrapes_alone_and_while_guessing() -> None:
+    _, results = _run("bench_password_guessing.py", "--guessers", "4", "--seconds", "1.5",
+                      "--cost", "4")
+    (result,) = results
+    assert result["alone"]["guesses_by_status"] == {}
+    assert sum(result["guessing"]["guesses_by_status"].values()) > 0
+    for phase in ("alone", "guessing"):
+        assert result[phase]["first_scrape_ms"] is not None
+        assert result[phase]["scrapes"] >= 3
+    assert {"ratio_p50", "machine", "load_average"} <= result.keys()

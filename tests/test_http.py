@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import http.client
+import re
+import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -237,3 +241,169 @@ def test_a_large_answer_arrives_whole(pki: Path, store: SnapshotStore, tls: bool
         assert body.count(b"big_series{") == 60_000
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ HTTP/1.1 details
+
+
+def _raw(port: int, request: bytes, timeout: float = 5.0) -> bytes:
+    """Send `request` as is; everything the server sends until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    return answer
+
+
+@pytest.fixture
+def server(store: SnapshotStore) -> Iterator[MetricsServer]:
+    srv = MetricsServer(WebSettings(listen_address="127.0.0.1", port=0),
+                        build_registry(store), store, idle_timeout_seconds=1.0)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("length", [b"\xb9", b"1\xb2", b"\xb3", "\u0661".encode(),
+                                    "\uff11".encode(), b"1 1", b"-1", b"0x1", b"+1"],
+                         ids=["latin1-superscript-one", "latin1-superscript-two",
+                              "latin1-superscript-three", "arabic-indic-utf8", "fullwidth-utf8",
+                              "space", "negative", "hex", "plus"])
+def test_a_content_length_not_of_ascii_digits_is_answered_400(
+    server: MetricsServer, length: bytes
+) -> None:
+    """Header bytes are read as Latin-1, where the superscripts are digits to str.isdigit()
+    (and int() then fails on them): only ASCII digits make a length."""
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n"
+    answer = _raw(server.port, request)
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer[:200]
+    assert b"\r\nConnection: close\r\n" in answer
+
+
+def test_two_different_content_lengths_are_answered_400(server: MetricsServer) -> None:
+    answer = _raw(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                               b"Content-Length: 2\r\n\r\nab")
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+
+
+def test_a_chunked_request_body_is_answered_501_and_closed(server: MetricsServer) -> None:
+    """No endpoint takes a body; a chunked one is refused rather than mistaken, on a
+    kept-alive connection, for the next request."""
+    smuggled = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    answer = _raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                               b"chunked\r\n\r\n1c\r\n" + smuggled + b"0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 501 "), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 1
+
+
+@pytest.mark.parametrize("target", ["http://127.0.0.1:{port}/metrics",
+                                    "HTTP://example.org/metrics?x=1", "http://h"],
+                         ids=["own-authority", "other-authority-with-query", "no-path"])
+def test_the_absolute_form_of_a_request_target_is_accepted(
+    server: MetricsServer, target: str
+) -> None:
+    """RFC 9112 3.2.2: a server must accept the absolute form (what clients send to a proxy)."""
+    url = target.format(port=server.port)
+    answer = _raw(server.port, f"GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                  .encode())
+    if url.endswith("/metrics") or "/metrics?" in url:
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+        assert b"kafka_txn_exporter_up" in answer
+    else:  # no path is "/": the status page
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+        assert b"<html" in answer.lower()
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/healthz", "/"])
+def test_head_is_answered_like_get_without_a_body(server: MetricsServer, path: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        conn.request("HEAD", path)
+        head = conn.getresponse()
+        assert head.status == 200
+        assert head.read() == b""
+        conn.request("GET", path)  # the same connection: HEAD sent no body to misread
+        get_ = conn.getresponse()
+        body = get_.read()
+        assert get_.status == 200 and body
+        assert head.getheader("Content-Type") == get_.getheader("Content-Type")
+        if path != "/metrics":  # /metrics' process metrics move between two renders
+            assert int(head.getheader("Content-Length") or -1) == len(body)
+        else:
+            assert int(head.getheader("Content-Length") or -1) > 0
+    finally:
+        conn.close()
+
+
+def _requests_on_one_connection(conn: http.client.HTTPConnection, n: int) -> list[int]:
+    ports: list[int] = []
+    for _ in range(n):
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"kafka_txn_exporter_up" in resp.read()
+        assert resp.getheader("Connection") != "close"
+        assert conn.sock is not None
+        ports.append(conn.sock.getsockname()[1])
+    return ports
+
+
+def test_keep_alive_serves_many_scrapes_on_one_connection(server: MetricsServer) -> None:
+    """Prometheus reuses its connection from scrape to scrape: five scrapes, one connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        assert len(set(_requests_on_one_connection(conn, 5))) == 1
+    finally:
+        conn.close()
+
+
+def test_keep_alive_over_tls(pki: Path, store: SnapshotStore) -> None:
+    cfg = pki / "web.yml"
+    cfg.write_text("tls_server_config: {cert_file: server.crt, key_file: server.key}\n")
+    srv = _tls_server(store, cfg)
+    conn = http.client.HTTPSConnection("localhost", srv.port, timeout=5,
+                                       context=_client_ctx(pki, False))
+    try:
+        assert len(set(_requests_on_one_connection(conn, 3))) == 1
+    finally:
+        conn.close()
+        srv.stop()
+
+
+def test_pipelined_requests_are_answered_in_order(server: MetricsServer) -> None:
+    answer = _raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                               b"\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+                               b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
+    assert statuses == [b"200", b"404", b"200"], answer
+
+
+@pytest.mark.parametrize(("request_", "closed"), [
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", True),
+    (b"GET /healthz HTTP/1.0\r\n\r\n", True),
+    (b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", False),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", False),
+], ids=["1.1-close", "1.0", "1.0-keep-alive", "1.1"])
+def test_the_connection_closes_when_the_client_asks_or_after_the_idle_timeout(
+    server: MetricsServer, request_: bytes, closed: bool
+) -> None:
+    """The server fixture's idle timeout is 1 s: a kept-alive connection is closed by the
+    server once idle that long (well within the 10 s bound here)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_)
+        answer = b""
+        while not answer.endswith(b"ok\n"):
+            answer += sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert (b"\r\nConnection: close\r\n" in answer) == closed
+        if request_.startswith(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive"):
+            assert b"\r\nConnection: keep-alive\r\n" in answer
+        began = time.monotonic()
+        assert sock.recv(1) == b""  # closed: at once, or once idle for 1 s
+        waited = time.monotonic() - began
+    assert waited < 0.5 if closed else 0.8 <= waited < 10.0

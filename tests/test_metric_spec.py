@@ -21,7 +21,7 @@ from exporter.config import RESERVED_LABELS
 from exporter.expose.collector import NOT_FROM_SNAPSHOTS, SnapshotCollector
 from exporter.expose.registry import ExporterRegistry, build_registry
 from exporter.expose.render_cache import SnapshotRenderCache, render_registry
-from exporter.metrics import METRICS, METRICS_BY_NAME
+from exporter.metrics import METRICS, METRICS_BY_NAME, MetricSpec
 from exporter.model import Classification, PartitionVerification, RequestError, TopicPartition
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
@@ -103,12 +103,43 @@ def test_promtool_accepts_the_golden_exposition() -> None:
 
 
 @pytest.mark.system_tools  # promtool
-def test_promtool_accepts_the_served_exposition_with_process_metrics() -> None:
+@pytest.mark.parametrize(("accept", "content_type"), [
+    (None, "text/plain; version=0.0.4"),
+    ("application/openmetrics-text; version=1.0.0", "application/openmetrics-text"),
+], ids=["text-0.0.4", "openmetrics"])
+def test_promtool_accepts_the_served_exposition_in_both_formats(
+    accept: str | None, content_type: str
+) -> None:
+    """Both formats /metrics negotiates, process metrics included.
+
+    promtool reads either body with the text format's parser, which allows only backslash
+    and newline escapes in HELP (OpenMetrics also escapes `"`: a help text with one was a
+    parse error, exit 1). The text body must pass outright. In the OpenMetrics body a
+    counter's family is named without `_total` and its sample with it, which promtool's
+    linter (text rules) reports as `<name>_total no help text`: that, for a family the body
+    declares a counter, is the only problem allowed there."""
     store = golden_store()
-    body, content_type = render_registry(build_registry(store), SnapshotRenderCache(), None)
-    assert content_type.startswith("text/plain")
+    body, served_type = render_registry(build_registry(store), SnapshotRenderCache(), accept)
+    assert served_type.startswith(content_type)
     result = _promtool_check(body.decode())
-    assert result.returncode == 0, result.stdout + result.stderr
+    if accept is None:
+        assert result.returncode == 0, result.stdout + result.stderr
+        return
+    assert "error while linting" not in result.stderr, result.stderr
+    counters = set(re.findall(r"^# TYPE (\S+) counter$", body.decode(), re.MULTILINE))
+    assert counters, "the OpenMetrics body declares no counter"
+    problems = [line for line in result.stderr.splitlines() if line.strip()]
+    assert all(line.endswith("_total no help text")
+               and line.removesuffix("_total no help text") in counters
+               for line in problems), problems
+    assert result.returncode in (0, 3), result.stdout + result.stderr  # 3: lint problems
+
+
+@pytest.mark.parametrize("metric", METRICS, ids=lambda m: m.name)
+def test_help_text_reads_the_same_in_both_formats(metric: MetricSpec) -> None:
+    """The text format escapes only backslash and newline in HELP, OpenMetrics also `"`: a
+    help text with none of them is the same bytes in both, and passes promtool in both."""
+    assert not set(metric.help) & {'"', "\\", "\n"}, metric.help
 
 
 def test_exposition_declares_exactly_the_spec() -> None:

@@ -91,6 +91,7 @@ class _Families:
 
 NOT_FROM_SNAPSHOTS = frozenset({
     "kafka_txn_exporter_http_connections_refused_total",
+    "kafka_txn_exporter_http_auth_failures_total",
     # exporter.app.ProcessHealthCollector:
     "kafka_txn_exporter_config_reload_total",
     "kafka_txn_exporter_config_last_reload_successful",

@@ -8,11 +8,14 @@ snapshot families once per published state (exporter.expose.render_cache) and sh
 between concurrent identical scrapes (`SingleFlight`). TLS (and client certificates) and basic
 auth (bcrypt hashes, `basic_auth_users`) come from an exporter-toolkit web config file
 (parsed once by exporter.webconfig). prometheus_client has no server-side authentication,
-so basic auth is a WSGI wrapper (`BasicAuth`) around the whole app.
+so basic auth (`BasicAuth`) is a gate the server runs on its event loop before the app: a
+request whose credentials were verified before passes at once, and the bcrypt checks run on a
+thread of their own, one at a time, so password guessing never takes the app's threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -22,8 +25,9 @@ import secrets
 import socket
 import ssl
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +39,7 @@ from exporter.errors import ConfigError
 from exporter.expose.collector import new_family
 from exporter.expose.registry import ExporterRegistry
 from exporter.expose.render_cache import SnapshotRenderCache, make_metrics_app
-from exporter.expose.server import EventLoopHttpServer, ServerLimits
+from exporter.expose.server import EventLoopHttpServer, Response, ServerLimits
 from exporter.expose.status import CONTENT_SECURITY_POLICY, render_status_page
 from exporter.logs import get_logger
 from exporter.metrics import spec
@@ -58,7 +62,7 @@ def make_app(
     `metrics_path` is --web.telemetry-path.
 
     `/` is the status page (exporter.expose.status); `config_file` goes into its abort
-    command lines.
+    command lines. HEAD is answered as GET (the server sends the head only).
     """
     render_cache = SnapshotRenderCache()
     store.on_change(lambda: render_cache.warm(registry))
@@ -67,6 +71,8 @@ def make_app(
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/") or "/"
         if path == metrics_path:
+            if environ.get("REQUEST_METHOD") == "HEAD":  # prometheus_client answers 405
+                environ = {**environ, "REQUEST_METHOD": "GET"}
             result: Iterable[bytes] = metrics_app(environ, start_response)
             return result
         if path == "/healthz":
@@ -178,15 +184,21 @@ HTTP_HEAD_TIMEOUT_SECONDS = 10.0
 """From accept to a complete request head (TLS handshake included): a client that connects
 and sends nothing, or trickles its request, is closed after this long."""
 HTTP_REQUEST_DEADLINE_SECONDS = 30.0
-"""Whole connection, TLS handshake, request and response included (one request per
-connection)."""
+"""One request, from accept (TLS handshake included) or, on a kept-alive connection, from its
+first byte, to the last byte of its answer."""
+HTTP_IDLE_TIMEOUT_SECONDS = 150.0
+"""How long a kept-alive connection waits for its next request: longer than Prometheus'
+usual scrape intervals (1 min by default, 2 min at most in common setups), so a scraper keeps
+its connection. An idle connection holds no thread and is the first closed when the
+connection cap is reached."""
 MAX_HTTP_CONNECTIONS = 1024
-"""Connections open at once (under TLS each holds some 52 KiB of OpenSSL state: a bound on
-memory). When full, the connection that has waited longest without sending
-a complete request is closed to make room (counted in
-kafka_txn_exporter_http_connections_refused_total); only when every open connection has sent
-its request is a new one refused (503 on plain HTTP, closed on TLS). Lowered to a quarter of the
-process's descriptor limit when that is smaller, so Kafka polling keeps its descriptors."""
+"""Connections open at once (under TLS each one past its ClientHello holds some 52 KiB of
+OpenSSL state: a bound on memory). When full, the oldest connection whose first flight is not
+whole yet is closed to make room, else the one that has waited longest without sending a
+complete request (counted in kafka_txn_exporter_http_connections_refused_total); only when
+every open connection has sent its request is a new one refused (503 on plain HTTP, closed on
+TLS). Lowered to a quarter of the process's descriptor limit when that is smaller, so Kafka
+polling keeps its descriptors."""
 STOP_GRACE_SECONDS = 1.0
 """On stop, answers already under way get this long to finish before their connections are
 cut (a scrape of a few MB takes milliseconds; a trickling client is not waited for)."""
@@ -213,14 +225,22 @@ def connection_cap(requested: int, nofile_limit: int) -> int:
 class HttpServerCollector(Collector):
     """The HTTP server's own counters, read on every scrape."""
 
-    def __init__(self, server: EventLoopHttpServer) -> None:
+    def __init__(self, server: EventLoopHttpServer, auth: BasicAuth | None = None) -> None:
         self._server = server
+        self._auth = auth
 
     def collect(self) -> Iterator[Metric]:
         refused = new_family(spec("kafka_txn_exporter_http_connections_refused_total"))
         assert isinstance(refused, CounterMetricFamily)
         refused.add_metric([], float(self._server.refused_connections))
         yield refused
+        if self._auth is not None:
+            failures = new_family(spec("kafka_txn_exporter_http_auth_failures_total"))
+            assert isinstance(failures, CounterMetricFamily)
+            counts = self._auth.failures()
+            for reason in AUTH_FAILURE_REASONS:
+                failures.add_metric([reason], float(counts[reason]))
+            yield failures
 
 
 def _listening_socket(address: str, port: int) -> socket.socket:
@@ -300,10 +320,122 @@ UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
 "ok"/"ready" or the names of clusters not polled yet. `/`, `/metrics` and every other path
 (a 404 included) need credentials once `basic_auth_users` is set."""
 AUTH_CACHE_SIZE = 1024
-MAX_CONCURRENT_BCRYPT_CHECKS = 2
-"""A flood of wrong passwords costs at most this many cores (bcrypt is deliberately slow)."""
+MAX_CONCURRENT_BCRYPT_CHECKS = 1
+"""bcrypt is deliberately slow (~50-250 ms of a core per check): checks run one at a time on
+a thread of their own, as exporter-toolkit serialises them, so a flood of wrong passwords
+costs at most one core and leaves the others to polling and rendering."""
+MAX_PENDING_BCRYPT_CHECKS = 64
+"""Checks waiting for the bcrypt thread. When full, the client address with the most checks
+waiting gives one up (its oldest, whose client may have given up already), answered 503
+unchecked: a flood from some addresses never keeps another address's check out."""
+AUTH_FAILURE_REASONS = ("missing", "wrong", "not_checked")
+"""Why a request was refused (kafka_txn_exporter_http_auth_failures_total's `reason`): no
+usable basic credentials; credentials bcrypt (or the 72-byte bound) refused; too many checks
+waiting (503)."""
 _BCRYPT_MAX_PASSWORD_BYTES = 72
 _REALM = 'Basic realm="kafka-txn-exporter", charset="UTF-8"'
+_UNAUTHORIZED_BODY = b"Unauthorized\n"
+_BUSY_BODY = b"too many password checks waiting; retry\n"
+
+
+def _unauthorized() -> Response:
+    return "401 Unauthorized", [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Length", str(len(_UNAUTHORIZED_BODY))),
+        ("WWW-Authenticate", _REALM),
+    ], _UNAUTHORIZED_BODY
+
+
+def _busy() -> Response:
+    return "503 Service Unavailable", [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Length", str(len(_BUSY_BODY))),
+        ("Retry-After", "1"),
+    ], _BUSY_BODY
+
+
+def _credentials(header: str | None) -> tuple[str, str] | None:
+    """(user, password) of an `Authorization: Basic` value; None when absent or malformed."""
+    if not header:
+        return None
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep else None
+
+
+@dataclass(slots=True)
+class _PendingCheck:
+    secret: bytes
+    hashed: bytes
+    verdict: asyncio.Future[bool | None]
+
+
+class _FairBcryptQueue:
+    """bcrypt checks waiting for the one bcrypt thread, taken round robin over client
+    addresses (each address's own checks in arrival order).
+
+    A guesser's checks wait their turn among its own: a client from another address waits at
+    most one check per address with checks waiting, not behind the whole flood. Ordering, not
+    a limit per address: a scraper that shares its address with others (NAT, a sidecar) is not
+    locked out, it waits behind its own address's checks. The queue lives on the server's
+    event loop; only bcrypt runs elsewhere.
+    """
+
+    def __init__(self, run: Callable[[bytes, bytes], bool], limit: int) -> None:
+        self._run = run
+        self._limit = limit
+        self._lanes: OrderedDict[str, deque[_PendingCheck]] = OrderedDict()
+        self._pending = 0
+        self._worker: asyncio.Task[None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-bcrypt")
+
+    async def check(self, peer: str, secret: bytes, hashed: bytes) -> bool | None:
+        """bcrypt's verdict; None when the check was given up for room (not checked)."""
+        loop = asyncio.get_running_loop()
+        if self._pending >= self._limit:
+            # Room from the address with the most checks waiting: its oldest check, the one
+            # whose client is likeliest to have given up already.
+            busiest, lane = max(self._lanes.items(), key=lambda item: len(item[1]))
+            victim = lane.popleft()
+            self._pending -= 1
+            if not lane:
+                del self._lanes[busiest]
+            if not victim.verdict.done():
+                victim.verdict.set_result(None)
+        verdict: asyncio.Future[bool | None] = loop.create_future()
+        self._lanes.setdefault(peer, deque()).append(_PendingCheck(secret, hashed, verdict))
+        self._pending += 1
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._work())
+        return await verdict
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._lanes:
+            peer, lane = next(iter(self._lanes.items()))
+            job = lane.popleft()
+            self._pending -= 1
+            if lane:
+                self._lanes.move_to_end(peer)
+            else:
+                del self._lanes[peer]
+            if job.verdict.done():  # the client went away (or its deadline passed)
+                continue
+            try:
+                ok = await loop.run_in_executor(self._pool, self._run, job.secret, job.hashed)
+            except Exception:
+                ok = False
+            if not job.verdict.done():
+                job.verdict.set_result(ok)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class BasicAuth:
@@ -312,12 +444,18 @@ class BasicAuth:
     bcrypt takes ~50-250 ms per check, too slow for every scrape, so successful checks are
     cached. The cache key is an HMAC (with a random per-process key) of user, password and
     stored hash: neither the password nor a fast unkeyed hash of it is kept in memory. Failed
-    checks are never cached. An unknown user is checked against a dummy hash of the same cost
+    checks are never cached, so wrong guesses cannot push a verified scraper out of the cache.
+    An unknown user is checked against a dummy hash of the same cost
     as a configured user's, so the response time does not tell which user names exist, whatever
     the hashes' costs; bcrypt's own compare is constant-time. With users of several costs, each
     unknown name is given one of the users' costs, picked by a keyed hash of the name (stable
     for the process, in proportion to how many users have each cost, unpredictable from
     outside): an unknown name answers like some known user, always at the same speed.
+
+    On the server (`gate`) a cached success passes on the event loop, without waiting for
+    anything; every other check waits for the one bcrypt thread in a `_FairBcryptQueue` of
+    bounded length. What wrong passwords cost is bounded (one core, MAX_PENDING_BCRYPT_CHECKS
+    requests held) and counted (`failures`).
     """
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
@@ -331,6 +469,8 @@ class BasicAuth:
             cost: bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(cost))
             for cost in set(self._user_costs)
         }
+        self._queue = _FairBcryptQueue(self._bcrypt, MAX_PENDING_BCRYPT_CHECKS)
+        self._failures: Counter[str] = Counter()
 
     def _dummy_hash(self, user: str) -> bytes:
         """The dummy hash an unknown `user` is checked against (see the class docstring)."""
@@ -338,8 +478,12 @@ class BasicAuth:
         index = int.from_bytes(pick.digest()[:8], "big") % len(self._user_costs)
         return self._dummy_hashes[self._user_costs[index]]
 
-    def check(self, user: str, password: str) -> bool:
-        """True when `password` matches the user's bcrypt hash."""
+    def _bcrypt(self, secret: bytes, hashed: bytes) -> bool:
+        with self._bcrypt_slots:
+            return bool(bcrypt.checkpw(secret, hashed))
+
+    def _lookup(self, user: str, password: str) -> tuple[bytes, bytes, bytes | None, bool]:
+        """(secret, cache key, the user's hash or None, whether a success is cached)."""
         hashed = self._users.get(user)
         secret = password.encode("utf-8")
         digest = hmac.new(
@@ -347,56 +491,78 @@ class BasicAuth:
             b"\0".join((user.encode("utf-8"), secret, hashed or b"")),
             hashlib.sha256,
         ).digest()
-        if hashed is not None:
-            with self._lock:
-                if digest in self._cache:
-                    self._cache.move_to_end(digest)
-                    return True
-        if len(secret) > _BCRYPT_MAX_PASSWORD_BYTES:
-            return False  # bcrypt ignores bytes past 72: refuse rather than truncate
-        with self._bcrypt_slots:
-            ok = bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy_hash(user))
-        if not ok or hashed is None:
-            return False
+        if hashed is None:
+            return secret, digest, None, False
+        with self._lock:
+            cached = digest in self._cache
+            if cached:
+                self._cache.move_to_end(digest)
+        return secret, digest, hashed, cached
+
+    def _remember(self, digest: bytes) -> None:
         with self._lock:
             self._cache[digest] = None
             if len(self._cache) > AUTH_CACHE_SIZE:
                 self._cache.popitem(last=False)
+
+    def check(self, user: str, password: str) -> bool:
+        """True when `password` matches the user's bcrypt hash (on the calling thread)."""
+        secret, digest, hashed, cached = self._lookup(user, password)
+        if cached:
+            return True
+        if len(secret) > _BCRYPT_MAX_PASSWORD_BYTES:
+            return False  # bcrypt ignores bytes past 72: refuse rather than truncate
+        ok = self._bcrypt(secret, hashed if hashed is not None else self._dummy_hash(user))
+        if not ok or hashed is None:
+            return False
+        self._remember(digest)
         return True
 
     def authorized(self, header: str | None) -> bool:
         """Check an `Authorization` header value; anything malformed is simply unauthorized."""
-        if not header:
-            return False
-        scheme, _, encoded = header.strip().partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-        except (binascii.Error, ValueError):
-            return False
-        user, sep, password = decoded.partition(":")
-        return bool(sep) and self.check(user, password)
+        credentials = _credentials(header)
+        return credentials is not None and self.check(*credentials)
 
-    def wrap(self, app: WsgiApp) -> WsgiApp:
-        def wrapped(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO", "/") or "/"
-            if path in UNAUTHENTICATED_PATHS or self.authorized(
-                environ.get("HTTP_AUTHORIZATION")
-            ):
-                return app(environ, start_response)
-            get_logger("exporter.http").debug(
-                "http_unauthorized", client=str(environ.get("REMOTE_ADDR", "")), path=path
-            )
-            body = b"Unauthorized\n"
-            start_response("401 Unauthorized", [
-                ("Content-Type", "text/plain; charset=utf-8"),
-                ("Content-Length", str(len(body))),
-                ("WWW-Authenticate", _REALM),
-            ])
-            return [body]
+    def failures(self) -> Counter[str]:
+        """Refused requests so far, by AUTH_FAILURE_REASONS."""
+        with self._lock:
+            return Counter(self._failures)
 
-        return wrapped
+    def _refuse(self, reason: str, environ: dict[str, Any], path: str) -> Response:
+        with self._lock:
+            self._failures[reason] += 1
+        get_logger("exporter.http").debug(
+            "http_unauthorized", client=str(environ.get("REMOTE_ADDR", "")), path=path,
+            reason=reason)
+        return _busy() if reason == "not_checked" else _unauthorized()
+
+    async def gate(self, environ: dict[str, Any]) -> Response | None:
+        """The server's gate: None lets the request through, else the answer (401, or 503
+        when its check was given up for room)."""
+        path = environ.get("PATH_INFO", "/") or "/"
+        if path in UNAUTHENTICATED_PATHS:
+            return None
+        credentials = _credentials(environ.get("HTTP_AUTHORIZATION"))
+        if credentials is None:
+            return self._refuse("missing", environ, path)
+        user, password = credentials
+        secret, digest, hashed, cached = self._lookup(user, password)
+        if cached:
+            return None
+        if len(secret) > _BCRYPT_MAX_PASSWORD_BYTES:
+            return self._refuse("wrong", environ, path)
+        verdict = await self._queue.check(
+            str(environ.get("REMOTE_ADDR", "")), secret,
+            hashed if hashed is not None else self._dummy_hash(user))
+        if verdict is None:
+            return self._refuse("not_checked", environ, path)
+        if not verdict or hashed is None:
+            return self._refuse("wrong", environ, path)
+        self._remember(digest)
+        return None
+
+    def close(self) -> None:
+        self._queue.close()
 
 
 def _with_headers(app: WsgiApp, headers: Mapping[str, str]) -> WsgiApp:
@@ -412,6 +578,22 @@ def _with_headers(app: WsgiApp, headers: Mapping[str, str]) -> WsgiApp:
     return wrapped
 
 
+def _gate_with_headers(gate: Callable[[dict[str, Any]], Any], headers: Mapping[str, str]
+                       ) -> Callable[[dict[str, Any]], Any]:
+    """The configured response headers on the gate's answers too (a 401 included)."""
+    if not headers:
+        return gate
+
+    async def gated(environ: dict[str, Any]) -> Response | None:
+        response: Response | None = await gate(environ)
+        if response is None:
+            return None
+        status, response_headers, body = response
+        return status, [*response_headers, *headers.items()], body
+
+    return gated
+
+
 class MetricsServer:
     """The HTTP(S) server in a daemon thread; `port` is the bound port (useful with port 0)."""
 
@@ -425,6 +607,7 @@ class MetricsServer:
         max_connections: int | None = None,
         request_deadline_seconds: float | None = None,
         head_timeout_seconds: float | None = None,
+        idle_timeout_seconds: float | None = None,
     ) -> None:
         parsed = web.web_config
         if parsed is None and web.web_config_file:  # settings built by hand, not loaded
@@ -441,10 +624,15 @@ class MetricsServer:
             if request_deadline_seconds is None else request_deadline_seconds,
             stop_grace_seconds=STOP_GRACE_SECONDS,
             listen_backlog=LISTEN_BACKLOG,
+            idle_timeout_seconds=HTTP_IDLE_TIMEOUT_SECONDS if idle_timeout_seconds is None
+            else idle_timeout_seconds,
         )
         app = make_app(registry, store, config_file, web.telemetry_path)
+        self._auth: BasicAuth | None = None
+        gate = None
         if web_config.basic_auth_users:
-            app = BasicAuth(web_config.basic_auth_users).wrap(app)
+            self._auth = BasicAuth(web_config.basic_auth_users)
+            gate = _gate_with_headers(self._auth.gate, web_config.headers)
             if context is None:
                 get_logger("exporter.http").warning(
                     "basic_auth_without_tls",
@@ -453,9 +641,9 @@ class MetricsServer:
         app = _with_headers(app, web_config.headers)
         self.basic_auth = bool(web_config.basic_auth_users)
         self._server = EventLoopHttpServer(
-            _listening_socket(web.listen_address, web.port), app, limits, context)
+            _listening_socket(web.listen_address, web.port), app, limits, context, gate)
         self.max_connections = cap
-        registry.register(HttpServerCollector(self._server))
+        registry.register(HttpServerCollector(self._server, self._auth))
         self.scheme = "https" if context is not None else "http"
 
     @property
@@ -471,3 +659,5 @@ class MetricsServer:
 
     def stop(self) -> None:
         self._server.stop()
+        if self._auth is not None:
+            self._auth.close()
