@@ -86,6 +86,12 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
     "KafkaHangingTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
     "KafkaOrphanedTransaction": {"for": "1m", "holdFor": "15m", "severity": "critical"},
     "KafkaTwoPhaseTransactionStuck": {"for": "5m", "holdFor": "15m", "severity": "warning"},
+    "KafkaConsumersBlockedByTransaction": {
+        "for": "1m",
+        "holdFor": "15m",
+        "severity": "warning",
+        "threshold": "600",
+    },
     "KafkaTxnExporterAbsent": {"for": "1m", "window": "1m", "severity": "critical"},
     "KafkaTxnExporterTargetDown": {"for": "2m", "severity": "warning"},
     "KafkaTxnExporterDown": {"for": "5m", "severity": "warning"},
@@ -259,6 +265,43 @@ def _two_phase_rule() -> dict[str, Any]:
     )
 
 
+def _blocked_rule() -> dict[str, Any]:
+    """An open transaction older than the threshold that stops consumer groups, whatever it
+    is: a lingering one (tracked, not late: a cancelled Flink job's, ended only by its
+    transaction.timeout.ms) warns here long before anything is late."""
+    blocked = "KafkaConsumersBlockedByTransaction"
+    return _rule(
+        blocked,
+        _held(
+            blocked,
+            f"max without ({REPLICAS}) ({{series}}) > " + _placeholder(blocked, "threshold"),
+            "kafka_blocking_transaction_age_seconds",
+            (*_TRANSACTION_LABELS, "classification", "application"),
+            VERDICTS_UP,
+        ),
+        "Consumer groups blocked behind a transaction on "
+        "{{ $labels.topic }}-{{ $labels.partition }} in Kafka cluster {{ $labels.cluster }}",
+        "read_committed consumers of {{ $labels.topic }}-{{ $labels.partition }} are stopped "
+        "at offset {{ $labels.start_offset }} behind the transaction of transactional id "
+        '"{{ $labels.transactional_id }}" (application "{{ $labels.application }}", producer '
+        "{{ $labels.producer_id }}, epoch {{ $labels.producer_epoch }}), open for "
+        "{{ $value | humanizeDuration }}; kafka_consumer_group_blocked_seconds names the "
+        "groups. "
+        '{{ if eq $labels.classification "coordinator_tracked" }}Its coordinator tracks it: '
+        "a lingering transaction (e.g. of a cancelled or crashed Flink job) that ends at its "
+        "transaction.timeout.ms, or when its producer resumes; restart the job from its "
+        "checkpoint, or wait, or lower the timeout. Do not abort it."
+        '{{ else if eq $labels.classification "two_phase" }}A two-phase-commit transaction: '
+        "only its external coordinator ends it (see KafkaTwoPhaseTransactionStuck)."
+        "{{ else if or (eq $labels.classification \"hanging\") "
+        "(eq $labels.classification \"orphaned\") }}Nothing tracks it: it never ends by "
+        "itself; abort it (KafkaHangingTransaction / KafkaOrphanedTransaction)."
+        "{{ else }}Whether its coordinator tracks it is not known yet; see the status page."
+        "{{ end }} See the runbook."
+        + HOLD_NOTE.format(hold=_placeholder(blocked, "holdFor")),
+    )
+
+
 def rules_template() -> dict[str, Any]:
     """The Prometheus rules file with placeholders for every tunable."""
     late = "KafkaLateTransactions"
@@ -424,6 +467,7 @@ def rules_template() -> dict[str, Any]:
         "groups": [
             {"name": "kafka-transactions", "rules": transactions},
             {"name": "kafka-txn-exporter", "rules": exporter},
+            {"name": "kafka-consumers-blocked", "rules": [_blocked_rule()]},
         ]
     }
 

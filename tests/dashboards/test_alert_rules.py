@@ -18,6 +18,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "dashboards" / "alerts" / "rules.yaml"
 RULES_TEST = Path(__file__).resolve().parent / "rules_test.yaml"
+RULES_TESTS = sorted(RULES_TEST.parent.glob("rules_test*.yaml"))
+"""rules_test.yaml and one file per later alert (rules_test_<alert>.yaml)."""
 RUNBOOK = REPO / "docs" / "runbook.md"
 
 CRITICAL_ALERTS = {"KafkaLateTransactions", "KafkaHangingTransaction",
@@ -47,7 +49,7 @@ def test_promtool_check_rules_accepts_the_rules_file() -> None:
 @pytest.mark.system_tools  # promtool
 def test_promtool_unit_tests_pass_for_every_alert() -> None:
     result = subprocess.run(
-        [_promtool(), "test", "rules", RULES_TEST.name],
+        [_promtool(), "test", "rules", *(path.name for path in RULES_TESTS)],
         cwd=RULES_TEST.parent,
         capture_output=True,
         text=True,
@@ -58,7 +60,11 @@ def test_promtool_unit_tests_pass_for_every_alert() -> None:
 
 
 def test_every_alert_is_unit_tested_both_firing_and_not_firing() -> None:
-    tests = yaml.safe_load(RULES_TEST.read_text(encoding="utf-8"))["tests"]
+    tests = [
+        case
+        for path in RULES_TESTS
+        for case in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]
+    ]
     firing: set[str] = set()
     silent: set[str] = set()
     for case in tests:
