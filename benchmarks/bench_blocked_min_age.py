@@ -179,7 +179,7 @@ def main() -> int:
             extra = r["extra_cpu_ms_per_old_transaction"]
             print(f"{scenario:>8} {open_txns:>6} {args.groups:>6} "
                   f"{r['blocked_groups_reported']:>8} {r['group_requests_total']:>10} "
-                  f"{str(r['requests_identical']):>9} {r['poll_cpu_seconds_min_age']:>11.4f} "
+                  f"{r['requests_identical']!s:>9} {r['poll_cpu_seconds_min_age']:>11.4f} "
                   f"{r['poll_cpu_seconds_baseline']:>9.4f} {r['cpu_ratio'] or 0:>6.3f} "
                   f"{'-' if extra is None else f'{extra:.4f}':>12}")
             common.emit(r)
