@@ -977,17 +977,22 @@ def overview_dashboard() -> dash_m.Dashboard:
     board = board.with_panel(
         _seconds_table(
             ids,
-            "Consumer groups blocked by late or orphaned transactions",
+            "Consumer groups blocked by open transactions",
             "Consumer groups whose committed offset on a partition equals its last stable "
             "offset while the high watermark is beyond it: read_committed consumers stopped by "
-            "the late or orphaned transaction whose start offset that is (find it in the tables "
-            "above, same topic and partition). blocked: how long the exporter has seen the "
+            "the open transaction whose start offset that is: a late or orphaned one (find it "
+            "in the tables above), or any other older than blocked_groups_min_age_seconds; "
+            "classification coordinator_tracked on one not late is a lingering transaction "
+            "(e.g. a stopped Flink job's) that its transaction.timeout.ms ends "
+            "(KafkaConsumersBlockedByTransaction). application: the one its transactional id "
+            "names. blocked: how long the exporter has seen the "
             "group there, a lower bound (Kafka does not report when an offset was committed). "
             "Groups the exporter may not Describe are not listed: "
             "kafka_txn_exporter_blocked_consumer_groups_unknown counts the transactions whose "
             "groups are unknown (exporter health dashboard).",
             "kafka_consumer_group_blocked_seconds",
-            ("cluster", "group", "topic", "partition"),
+            ("cluster", "group", "topic", "partition", "transactional_id", "classification",
+             "application"),
             "blocked",
             "No blocked consumer group seen (unreadable ones: exporter health board)",
             height=6,
@@ -1295,8 +1300,9 @@ def health_dashboard() -> dash_m.Dashboard:
     board = board.with_panel(
         _stat(
             ids,
-            "Late transactions with unknown blocked groups",
-            "Late or orphaned transactions whose blocked consumer groups could not be read, by "
+            "Transactions with unknown blocked groups",
+            "Transactions (late, orphaned, or older than blocked_groups_min_age_seconds) whose "
+            "blocked consumer groups could not be read, by "
             "reason: unauthorized (grant Describe on the groups), unsupported_api (brokers "
             "before Kafka 3.0), broker_down, error. Their count of blocked groups is absent, "
             "not 0. 0 while every such transaction's groups were read (or none is late).",
