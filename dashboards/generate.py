@@ -98,6 +98,11 @@ RULE_DEFAULTS: dict[str, dict[str, str]] = {
     "KafkaHangingTransaction": {"for": "1m", "severity": "critical"},
     "KafkaOrphanedTransaction": {"for": "1m", "severity": "critical"},
     "KafkaTwoPhaseTransactionStuck": {"for": "5m", "severity": "warning"},
+    "KafkaConsumersBlockedByTransaction": {
+        "for": "1m",
+        "severity": "warning",
+        "threshold": "600",
+    },
     "KafkaTxnExporterAbsent": {"for": "1m", "window": "1m", "severity": "critical"},
     "KafkaTxnExporterTargetDown": {"for": "2m", "severity": "warning"},
     "KafkaTxnExporterDown": {"for": "5m", "severity": "warning"},
@@ -234,6 +239,7 @@ HELD_LATE = "cluster:kafka_partitions_with_late_transactions:held"
 HELD_HANGING = "transaction:kafka_hanging_transaction_age_seconds:held"
 HELD_ORPHANED = "transaction:kafka_orphaned_transaction_age_seconds:held"
 HELD_TWO_PHASE_STUCK = "transaction:kafka_two_phase_transaction_stuck_age_seconds:held"
+HELD_BLOCKING = "transaction:kafka_blocking_transaction_age_seconds:held"
 
 
 def _held_records() -> list[dict[str, Any]]:
@@ -276,6 +282,37 @@ def _two_phase_rule() -> dict[str, Any]:
         "aborts it, and until then read_committed consumers of this partition are stuck at "
         "offset {{ $labels.start_offset }}. Bring the external coordinator back; aborting "
         "it (abort --force-two-phase) is the last resort, see the runbook."
+        + HOLD_NOTE,
+    )
+
+
+def _blocked_rule() -> dict[str, Any]:
+    """An open transaction older than the threshold that stops consumer groups, whatever it
+    is: a lingering one (tracked, not late: a cancelled Flink job's, ended only by its
+    transaction.timeout.ms) warns here long before anything is late."""
+    blocked = "KafkaConsumersBlockedByTransaction"
+    return _rule(
+        blocked,
+            f"{HELD_BLOCKING} > " + _placeholder(blocked, "threshold"),
+        "Consumer groups blocked behind a transaction on "
+        "{{ $labels.topic }}-{{ $labels.partition }} in Kafka cluster {{ $labels.cluster }}",
+        "read_committed consumers of {{ $labels.topic }}-{{ $labels.partition }} are stopped "
+        "at offset {{ $labels.start_offset }} behind the transaction of transactional id "
+        '"{{ $labels.transactional_id }}" (application "{{ $labels.application }}", producer '
+        "{{ $labels.producer_id }}, epoch {{ $labels.producer_epoch }}), open for "
+        "{{ $value | humanizeDuration }}; kafka_consumer_group_blocked_seconds names the "
+        "groups. "
+        '{{ if eq $labels.classification "coordinator_tracked" }}Its coordinator tracks it: '
+        "a lingering transaction (e.g. of a cancelled or crashed Flink job) that ends at its "
+        "transaction.timeout.ms, or when its producer resumes; restart the job from its "
+        "checkpoint, or wait, or lower the timeout. Do not abort it."
+        '{{ else if eq $labels.classification "two_phase" }}A two-phase-commit transaction: '
+        "only its external coordinator ends it (see KafkaTwoPhaseTransactionStuck)."
+        "{{ else if or (eq $labels.classification \"hanging\") "
+        "(eq $labels.classification \"orphaned\") }}Nothing tracks it: it never ends by "
+        "itself; abort it (KafkaHangingTransaction / KafkaOrphanedTransaction)."
+        "{{ else }}Whether its coordinator tracks it is not known yet; see the status page."
+        "{{ end }} See the runbook."
         + HOLD_NOTE,
     )
 
@@ -425,6 +462,15 @@ def rules_template() -> dict[str, Any]:
         "groups": [
             {"name": "kafka-transactions", "rules": transactions},
             {"name": "kafka-txn-exporter", "rules": exporter},
+            {
+                "name": "kafka-consumers-blocked",
+                "rules": [
+                    _held(HELD_BLOCKING, f"max without ({REPLICAS}) ({{series}})",
+                          "kafka_blocking_transaction_age_seconds",
+                          (*_TRANSACTION_LABELS, "classification", "application"), VERDICTS_UP),
+                    _blocked_rule(),
+                ],
+            },
         ]
     }
 
@@ -934,17 +980,22 @@ def overview_dashboard() -> dash_m.Dashboard:
     board = board.with_panel(
         _seconds_table(
             ids,
-            "Consumer groups blocked by late or orphaned transactions",
+            "Consumer groups blocked by open transactions",
             "Consumer groups whose committed offset on a partition equals its last stable "
             "offset while the high watermark is beyond it: read_committed consumers stopped by "
-            "the late or orphaned transaction whose start offset that is (find it in the tables "
-            "above, same topic and partition). blocked: how long the exporter has seen the "
+            "the open transaction whose start offset that is: a late or orphaned one (find it "
+            "in the tables above), or any other older than blocked_groups_min_age_seconds; "
+            "classification coordinator_tracked on one not late is a lingering transaction "
+            "(e.g. a stopped Flink job's) that its transaction.timeout.ms ends "
+            "(KafkaConsumersBlockedByTransaction). application: the one its transactional id "
+            "names. blocked: how long the exporter has seen the "
             "group there, a lower bound (Kafka does not report when an offset was committed). "
             "Groups the exporter may not Describe are not listed: "
             "kafka_txn_exporter_blocked_consumer_groups_unknown counts the transactions whose "
             "groups are unknown (exporter health dashboard).",
             "kafka_consumer_group_blocked_seconds",
-            ("cluster", "group", "topic", "partition"),
+            ("cluster", "group", "topic", "partition", "transactional_id", "classification",
+             "application"),
             "blocked",
             "No blocked consumer group seen (unreadable ones: exporter health board)",
             height=6,
@@ -1252,8 +1303,9 @@ def health_dashboard() -> dash_m.Dashboard:
     board = board.with_panel(
         _stat(
             ids,
-            "Late transactions with unknown blocked groups",
-            "Late or orphaned transactions whose blocked consumer groups could not be read, by "
+            "Transactions with unknown blocked groups",
+            "Transactions (late, orphaned, or older than blocked_groups_min_age_seconds) whose "
+            "blocked consumer groups could not be read, by "
             "reason: unauthorized (grant Describe on the groups), unsupported_api (brokers "
             "before Kafka 3.0), broker_down, error. Their count of blocked groups is absent, "
             "not 0. 0 while every such transaction's groups were read (or none is late).",

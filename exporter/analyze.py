@@ -12,17 +12,22 @@ rules themselves live in `exporter.rules`):
 - "orphaned" (#orphaned) is the same step-5 answer, "not tracked", given by the coordinator on
   two consecutive polls for the same open transaction: the collect side keeps the count
   (`next_untracked_polls`), this module reports it.
-- a consumer group is "blocked" by a late transaction when its committed offset on the
+- a consumer group is "blocked" by an open transaction when its committed offset on the
   partition equals the last stable offset (the transaction's start offset) while the high
-  watermark is beyond it (#blocked-groups).
+  watermark is beyond it (#blocked-groups); read for late and orphaned transactions and for
+  any other at least `blocked_groups_min_age_seconds` old (#blocked-before-late).
+- the `application` of a reported transaction comes from its transactional id
+  (`exporter.applications`, #applications).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 
+from exporter.applications import applications_by_id
 from exporter.model import (
     BlockedGroup,
+    BlockingTransaction,
     BrokerSummary,
     Classification,
     ClusterObservation,
@@ -39,8 +44,10 @@ from exporter.model import (
 )
 from exporter.rules import (
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    blocked_groups_min_age_ms,
     effective_max_timeout_ms,
     is_late,
+    is_old_enough_for_groups,
     is_orphaned,
     is_two_phase_timeout,
     transaction_age_ms,
@@ -54,6 +61,7 @@ __all__ = [
     "TRANSACTION_VERSION_FEATURE",
     "analyze",
     "blocked_groups",
+    "blocking_classification",
     "carried_counts",
     "classify",
     "committed_by_partition",
@@ -65,6 +73,7 @@ __all__ = [
     "max_timeout_by_broker",
     "next_untracked_polls",
     "orphaned_transactions",
+    "reported_applications",
     "transaction_age_ms",
     "unobserved_reason",
 ]
@@ -213,8 +222,8 @@ def blocked_groups(
     obs: ClusterObservation,
     committed: CommittedByPartition | None = None,
 ) -> tuple[tuple[BlockedGroup, ...], UnobservedReason | None]:
-    """The consumer groups `txn` (a late or orphaned transaction) stops, or why they are
-    unknown.
+    """The consumer groups `txn` (late, orphaned, or old enough to be looked at) stops, or why
+    they are unknown.
 
     Blocked: committed offset == the partition's last stable offset == the transaction's start
     offset, with the high watermark beyond it. A transaction that does not hold the LSO (an
@@ -297,6 +306,13 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     orphan_undecided_brokers: set[int] = set()
     two_phase: list[TwoPhaseTransaction] = []
     two_phase_late_ms = settings.two_phase_late_seconds * 1000
+    min_age_ms = blocked_groups_min_age_ms(settings)
+    blocking: list[BlockingTransaction] = []
+    applications, applications_overflowed = reported_applications(
+        obs, settings, lambda txn: is_late(
+            txn, now_ms, thresholds.get(txn.leader_id, default_ms), late_buffer_ms
+        )
+    )
     by_source: dict[str, int] = {}
     blocked_unknown_by_reason: dict[str, int] = {}
     committed_index: dict[TopicPartition, list[CommittedOffset]] | None = None
@@ -311,21 +327,17 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         txn_is_late = is_late(txn, now_ms, threshold_ms, late_buffer_ms)
         untracked_polls = obs.untracked_polls.get(txn.key, 0)
         txn_is_orphaned = is_orphaned(untracked_polls)
-        if not txn_is_orphaned and is_two_phase(txn, obs.transactional_ids, obs.descriptions):
-            # Its own kind: never late or hanging by Kafka's timeout (an external coordinator
-            # owns it), stuck only past the cluster's two_phase_late_seconds.
-            two_phase.append(
-                TwoPhaseTransaction(
-                    transaction=txn,
-                    age_seconds=age_ms / 1000.0,
-                    transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
-                    stuck=age_ms > two_phase_late_ms,
-                )
-            )
-            continue
+        transactional_id = obs.transactional_ids.get(txn.producer_id, "")
+        application = applications.get(transactional_id, "")
+        txn_is_two_phase = not txn_is_orphaned and is_two_phase(
+            txn, obs.transactional_ids, obs.descriptions
+        )
         blocked: tuple[BlockedGroup, ...] = ()
         blocked_unknown: str | None = None
-        if txn_is_late or txn_is_orphaned:
+        old_enough = is_old_enough_for_groups(txn, now_ms, min_age_ms)
+        # A two-phase transaction is never late or orphaned here: looked at by age alone.
+        looked_at = old_enough or (not txn_is_two_phase and (txn_is_late or txn_is_orphaned))
+        if looked_at:
             if committed_index is None:
                 committed_index = committed_by_partition(obs)
             blocked, why = blocked_groups(txn, obs, committed_index)
@@ -334,17 +346,55 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                 blocked_unknown_by_reason[blocked_unknown] = (
                     blocked_unknown_by_reason.get(blocked_unknown, 0) + 1
                 )
+        classification = (
+            classify(txn, obs.transactional_ids, obs.descriptions, obs.coordinator_view_complete)
+            if txn_is_late or looked_at
+            else None
+        )
+        if looked_at:
+            assert classification is not None
+            blocking.append(
+                BlockingTransaction(
+                    transaction=txn,
+                    age_seconds=age_ms / 1000.0,
+                    transactional_id=transactional_id,
+                    classification=blocking_classification(
+                        classification,
+                        late=txn_is_late and not txn_is_two_phase,
+                        orphaned=txn_is_orphaned,
+                        two_phase=txn_is_two_phase,
+                    ),
+                    late=txn_is_late and not txn_is_two_phase,
+                    blocked_groups=blocked,
+                    blocked_groups_unknown=blocked_unknown,
+                    application=application,
+                )
+            )
+        if txn_is_two_phase:
+            # Its own kind: never late or hanging by Kafka's timeout (an external coordinator
+            # owns it), stuck only past the cluster's two_phase_late_seconds.
+            two_phase.append(
+                TwoPhaseTransaction(
+                    transaction=txn,
+                    age_seconds=age_ms / 1000.0,
+                    transactional_id=transactional_id,
+                    stuck=age_ms > two_phase_late_ms,
+                    application=application,
+                )
+            )
+            continue
         if txn_is_orphaned:
             orphaned.append(
                 OrphanedTransaction(
                     transaction=txn,
                     age_seconds=age_ms / 1000.0,
-                    transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
+                    transactional_id=transactional_id,
                     untracked_polls=untracked_polls,
                     late=txn_is_late,
                     topic_compacted=obs.compacted_topics.get(txn.topic),
                     blocked_groups=blocked,
                     blocked_groups_unknown=blocked_unknown,
+                    application=application,
                 )
             )
             orphaned_partitions.add(tp)
@@ -352,18 +402,17 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
             orphan_undecided_brokers.add(txn.leader_id)
         if not txn_is_late:
             continue
-        classification = classify(
-            txn, obs.transactional_ids, obs.descriptions, obs.coordinator_view_complete
-        )
+        assert classification is not None
         late.append(
             LateTransaction(
                 transaction=txn,
                 age_seconds=age_ms / 1000.0,
                 classification=classification,
-                transactional_id=obs.transactional_ids.get(txn.producer_id, ""),
+                transactional_id=transactional_id,
                 topic_compacted=obs.compacted_topics.get(txn.topic),
                 blocked_groups=blocked,
                 blocked_groups_unknown=blocked_unknown,
+                application=application,
             )
         )
         late_partitions.add(tp)
@@ -424,6 +473,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     late.sort(key=lambda lt: (-lt.age_seconds, lt.transaction.topic, lt.transaction.partition))
     orphaned.sort(key=lambda o: (-o.age_seconds, o.transaction.topic, o.transaction.partition))
     two_phase.sort(key=lambda t: (-t.age_seconds, t.transaction.topic, t.transaction.partition))
+    blocking.sort(key=lambda b: (-b.age_seconds, b.transaction.topic, b.transaction.partition))
     up = any(b.up for b in obs.brokers)
     return ClusterSnapshot(
         cluster=obs.cluster,
@@ -460,7 +510,56 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         blocked_groups_unknown_by_reason=dict(sorted(blocked_unknown_by_reason.items())),
         orphan_detection_warm=obs.orphan_detection_warm and up,
         two_phase_transactions=tuple(two_phase),
+        blocking_transactions=tuple(blocking),
+        applications_overflowed=applications_overflowed,
     )
+
+
+def blocking_classification(
+    classification: Classification, *, late: bool, orphaned: bool, two_phase: bool
+) -> Classification:
+    """What a transaction whose blocked groups were read is, from the coordinator's answer
+    (`classify`): a late one keeps its late classification; otherwise orphaned, two-phase,
+    coordinator_tracked (lingering: its transaction.timeout.ms ends it) or unknown. One
+    "not tracked" answer is not yet evidence (#orphaned), so it is unknown, never hanging."""
+    if late:
+        return classification
+    if orphaned:
+        return Classification.ORPHANED
+    if two_phase:
+        return Classification.TWO_PHASE
+    if classification is Classification.COORDINATOR_TRACKED:
+        return classification
+    return Classification.UNKNOWN
+
+
+def reported_applications(
+    obs: ClusterObservation,
+    settings: ClusterSettings,
+    late: Callable[[OpenTransaction], bool],
+) -> tuple[Mapping[str, str], int]:
+    """transactional id -> `application` label value for the transactions this poll reports
+    by id (late, orphaned, two-phase, or old enough for the blocked-group look: `analyze`'s
+    own predicates, so no other id takes a slot), capped at `max_applications` distinct
+    values; and how many overflowed. A producer without a known transactional id has the
+    unknown application ("")."""
+    if not obs.transactional_ids:
+        return {}, 0
+    now_ms = obs.observed_at_ms
+    min_age_ms = blocked_groups_min_age_ms(settings)
+    ids: set[str] = set()
+    for txn in obs.open_transactions:
+        tid = obs.transactional_ids.get(txn.producer_id)
+        if tid is None or tid in ids:
+            continue
+        if (
+            is_old_enough_for_groups(txn, now_ms, min_age_ms)
+            or late(txn)
+            or is_orphaned(obs.untracked_polls.get(txn.key, 0))
+            or is_two_phase(txn, obs.transactional_ids, obs.descriptions)
+        ):
+            ids.add(tid)
+    return applications_by_id(ids, settings.application_patterns, settings.max_applications)
 
 
 def finalized_transaction_version(obs: ClusterObservation) -> int | None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter.applications import PatternError, compile_pattern
 from exporter.errors import ConfigError as ConfigError  # re-exported: the config layer's error
 from exporter.errors import describe
 from exporter.metrics import RESERVED_LABELS
@@ -92,6 +93,7 @@ DURATION_BOUNDS_SECONDS: dict[str, tuple[float, float]] = {
     "late_buffer_seconds": (0.0, 7 * DAY_SECONDS),
     "min_reported_duration_seconds": (0.0, 7 * DAY_SECONDS),
     "two_phase_late_seconds": (1.0, 7 * DAY_SECONDS),
+    "blocked_groups_min_age_seconds": (1.0, 7 * DAY_SECONDS),
     "config_refresh_seconds": (1.0, 7 * DAY_SECONDS),
 }
 """Inclusive bounds of every interval (README's configuration reference lists them): below
@@ -331,6 +333,34 @@ def _client_id(value: Any, path: str) -> str:
     return text
 
 
+MAX_APPLICATION_PATTERNS = 100
+
+
+def _application_patterns(value: Any, path: str) -> tuple[str, ...]:
+    """A list of regexes, each with a named group `application`; a string (the env/flag form)
+    holds one pattern per line."""
+    if isinstance(value, str):
+        items: list[Any] = [line.strip() for line in value.splitlines() if line.strip()]
+    elif isinstance(value, list):
+        items = list(value)
+    else:
+        raise ConfigError(f"{path}: expected a list of regular expressions, "
+                          f"got {_describe(value)}")
+    if len(items) > MAX_APPLICATION_PATTERNS:
+        raise ConfigError(f"{path}: at most {MAX_APPLICATION_PATTERNS} patterns, "
+                          f"got {len(items)}")
+    patterns: list[str] = []
+    for index, item in enumerate(items):
+        item_path = f"{path}[{index}]"
+        pattern = _str(item, item_path)
+        try:
+            compile_pattern(pattern)
+        except PatternError as exc:
+            raise ConfigError(f"{item_path}: {exc}, got {_clip(pattern)}") from None
+        patterns.append(pattern)
+    return tuple(patterns)
+
+
 def _labels(value: Any, path: str) -> dict[str, str]:
     """A mapping of static labels, or 'k=v,k2=v2' (the env/flag form)."""
     if isinstance(value, str):
@@ -389,6 +419,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "transaction_max_timeout_ms": (1, 2**31 - 1),
     "retention_days": (1, 36_500),
     "max_response_bytes": (1024 * 1024, 512 * 1024 * 1024),
+    "max_applications": (1, 10_000),
 }
 _CLUSTER_FIELDS: dict[str, Parser] = {
     "name": _cluster_name,
@@ -400,6 +431,9 @@ _CLUSTER_FIELDS: dict[str, Parser] = {
     "late_buffer_seconds": _bounded_duration("late_buffer_seconds"),
     "min_reported_duration_seconds": _bounded_duration("min_reported_duration_seconds"),
     "two_phase_late_seconds": _bounded_duration("two_phase_late_seconds"),
+    "blocked_groups_min_age_seconds": _bounded_duration("blocked_groups_min_age_seconds"),
+    "application_patterns": _application_patterns,
+    "max_applications": _bounded_int(*INT_BOUNDS["max_applications"]),
     "transaction_max_timeout_ms": _optional_bounded_int(
         *INT_BOUNDS["transaction_max_timeout_ms"]
     ),

@@ -85,15 +85,17 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "kafka_late_transaction_age_seconds", "gauge",
-        "Age of each late open transaction, with its identity and classification.",
+        "Age of each late open transaction, with its identity, classification and the "
+        "application its transactional id names.",
         (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
-         "transactional_id", "classification"),
+         "transactional_id", "classification", "application"),
     ),
     MetricSpec(
         "kafka_orphaned_transaction_age_seconds", "gauge",
-        "Age of each orphaned open transaction (late or not), with its identity.",
+        "Age of each orphaned open transaction (late or not), with its identity and the "
+        "application its transactional id names.",
         (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
-         "transactional_id"),
+         "transactional_id", "application"),
     ),
     MetricSpec(
         "kafka_two_phase_transaction_age_seconds", "gauge",
@@ -102,19 +104,33 @@ METRICS: tuple[MetricSpec, ...] = (
         "with its identity; label stuck=true once older than the cluster's "
         "two_phase_late_seconds. Never counted as late or hanging.",
         (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
-         "transactional_id", "stuck"),
+         "transactional_id", "stuck", "application"),
     ),
     MetricSpec(
         "kafka_consumer_group_blocked_seconds", "gauge",
-        "Consumer group stopped behind a late or orphaned transaction (committed offset = "
-        "last stable offset < high watermark): seconds since the exporter first saw its "
-        "committed offset there (a lower bound of the wait).",
-        ("cluster", "group", "topic", "partition"),
+        "Consumer group stopped behind an open transaction (late, orphaned, or older than "
+        "blocked_groups_min_age_seconds; committed offset = last stable offset < high "
+        "watermark): seconds since the exporter first saw its committed offset there (a lower "
+        "bound of the wait), with the blocking transaction's id, classification and "
+        "application.",
+        ("cluster", "group", "topic", "partition", "transactional_id", "classification",
+         "application"),
+    ),
+    MetricSpec(
+        "kafka_blocking_transaction_age_seconds", "gauge",
+        "Age of each open transaction that stops at least one consumer group (late, orphaned, "
+        "or older than blocked_groups_min_age_seconds), with its identity, classification "
+        "(coordinator_tracked when not late: a lingering transaction its "
+        "transaction.timeout.ms ends) and application.",
+        (*_PARTITION, "producer_id", "producer_epoch", "coordinator_epoch", "start_offset",
+         "transactional_id", "classification", "application"),
     ),
     MetricSpec(
         "kafka_transaction_blocked_consumer_groups", "gauge",
-        "Consumer groups stopped behind the late or orphaned transaction; absent when unknown.",
-        (*_PARTITION, "producer_id", "producer_epoch", "start_offset"),
+        "Consumer groups stopped behind the transaction (late, orphaned, or older than "
+        "blocked_groups_min_age_seconds); absent when unknown.",
+        (*_PARTITION, "producer_id", "producer_epoch", "start_offset", "transactional_id",
+         "classification", "application"),
     ),
     MetricSpec(
         "kafka_transactions", "gauge",
@@ -201,9 +217,16 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "kafka_txn_exporter_blocked_consumer_groups_unknown", "gauge",
-        "Late or orphaned transactions whose blocked consumer groups are unknown, by reason "
+        "Transactions (late, orphaned, or older than blocked_groups_min_age_seconds) whose "
+        "blocked consumer groups are unknown, by reason "
         "(unauthorized, unsupported_api, broker_down, ...); only reasons with a count.",
         ("cluster", "reason"),
+    ),
+    MetricSpec(
+        "kafka_txn_exporter_applications_overflowed", "gauge",
+        "Distinct applications of the reported transactions past max_applications in the "
+        "last poll (their application label is _overflow).",
+        ("cluster",),
     ),
     MetricSpec(
         "kafka_txn_exporter_open_transactions_by_start_time_source", "gauge",

@@ -201,7 +201,8 @@ class CommittedOffset:
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupOffsets:
     """Committed offsets of every listed consumer group on the partitions asked about (those
-    with a late transaction), read only when there is one (docs/kafka-semantics.md#blocked-groups).
+    with a late or orphaned transaction, or one at least `blocked_groups_min_age_seconds`
+    old), read only when there is one (docs/kafka-semantics.md#blocked-groups).
 
     A partition in `unknown` (detail: a Kafka error name such as GROUP_AUTHORIZATION_FAILED, or
     a collect error kind) may have blocked groups that could not be seen: its count of blocked
@@ -264,7 +265,8 @@ class ClusterObservation:
     last_stable_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
     """ListOffsets READ_COMMITTED latest, for the same partitions."""
     consumer_groups: ConsumerGroupOffsets | None = None
-    """None when no group was looked up (no partition with a late or orphaned transaction)."""
+    """None when no group was looked up (no partition with a late or orphaned transaction, or
+    one at least `blocked_groups_min_age_seconds` old)."""
     orphan_detection_warm: bool = False
     """True when this poll's orphaned verdicts are complete: the poller asked coordinators on
     enough consecutive polls (`rules.ORPHANED_AFTER_POLLS`) that a transaction untracked all
@@ -274,7 +276,7 @@ class ClusterObservation:
 
 @dataclass(frozen=True, slots=True)
 class BlockedGroup:
-    """A consumer group stopped behind a late transaction: its committed offset on the
+    """A consumer group stopped behind an open transaction: its committed offset on the
     partition equals the last stable offset (the transaction's start offset) while the high
     watermark is beyond it."""
 
@@ -301,6 +303,8 @@ class LateTransaction:
     """Why the groups it blocks are unknown (an `UnobservedReason` value); None when known
     (then `blocked_groups` is the complete list). When set, `blocked_groups` holds those found
     blocked all the same (empty when the partition's groups could not be read), not all."""
+    application: str = ""
+    """The application its transactional id names (`exporter.applications`); "" unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +325,8 @@ class OrphanedTransaction:
     """As `LateTransaction.blocked_groups`."""
     blocked_groups_unknown: str | None = None
     """As `LateTransaction.blocked_groups_unknown`."""
+    application: str = ""
+    """As `LateTransaction.application`."""
 
     @property
     def classification(self) -> Classification:
@@ -337,10 +343,36 @@ class TwoPhaseTransaction:
     transactional_id: str
     stuck: bool
     """Older than the cluster's `two_phase_late_seconds`."""
+    application: str = ""
+    """As `LateTransaction.application`."""
 
     @property
     def classification(self) -> Classification:
         return Classification.TWO_PHASE
+
+
+@dataclass(frozen=True, slots=True)
+class BlockingTransaction:
+    """An open transaction whose blocked consumer groups were read: every late or orphaned
+    one, and every other at least `blocked_groups_min_age_seconds` old (a Flink lingering
+    transaction stops read_committed consumers long before it is late;
+    docs/kafka-semantics.md#blocked-before-late)."""
+
+    transaction: OpenTransaction
+    age_seconds: float
+    transactional_id: str  # "" when no id maps to the producer
+    classification: Classification
+    """Late: its late classification (hanging, coordinator_tracked, unknown). Not late:
+    ORPHANED, TWO_PHASE, COORDINATOR_TRACKED when its coordinator tracks it (a lingering
+    transaction, ended by its transaction.timeout.ms), else UNKNOWN (not asked yet, or not
+    tracked on a single poll: not evidence of orphaned yet)."""
+    late: bool
+    blocked_groups: tuple[BlockedGroup, ...] = ()
+    """As `LateTransaction.blocked_groups`."""
+    blocked_groups_unknown: str | None = None
+    """As `LateTransaction.blocked_groups_unknown`."""
+    application: str = ""
+    """As `LateTransaction.application`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,3 +441,9 @@ class ClusterSnapshot:
     two_phase_transactions: tuple[TwoPhaseTransaction, ...] = ()
     """Every open two-phase-commit transaction (KIP-939), stuck or not; none of them is in
     `late_transactions`."""
+    blocking_transactions: tuple[BlockingTransaction, ...] = ()
+    """Every transaction whose blocked groups were read (late, orphaned, or older than
+    `blocked_groups_min_age_seconds`), oldest first."""
+    applications_overflowed: int = 0
+    """Distinct applications of this poll's reported transactions past `max_applications`
+    (their label value is `applications.OVERFLOW`)."""

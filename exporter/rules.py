@@ -48,6 +48,16 @@ def is_late(
     return now_ms - open_txn.start_time_ms > max_timeout_ms + late_buffer_ms
 
 
+def blocked_groups_min_age_ms(settings: ClusterSettings) -> int:
+    return round(settings.blocked_groups_min_age_seconds * 1000)
+
+
+def is_old_enough_for_groups(open_txn: OpenTransaction, now_ms: int, min_age_ms: int) -> bool:
+    """Old enough that the consumer groups it may block are read, late or not: a transaction
+    that ends within a poll or two costs nothing (docs/kafka-semantics.md#blocked-before-late)."""
+    return transaction_age_ms(open_txn, now_ms) >= min_age_ms
+
+
 def late_buffer_ms(settings: ClusterSettings) -> int:
     return round(settings.late_buffer_seconds * 1000)
 

@@ -4,8 +4,12 @@ The table keeps find-hanging's columns (Topic, Partition, ProducerId, ProducerEp
 CoordinatorEpoch, StartOffset, LastTimestamp, Duration(min) where Duration = now -
 LastTimestamp, in whole minutes as the Java tool prints it) and adds Age (seconds since the
 transaction's start, the exporter's measure), TransactionalId, Classification and
-BlockedGroups (the consumer groups stopped at its start offset: "-" none, "?" unknown). Rows are
-the *late* transactions, and the *orphaned* ones not yet late (docs/kafka-semantics.md#orphaned):
+BlockedGroups (the consumer groups stopped at its start offset: "-" none, "?" unknown) and
+Application (the one its transactional id names, "-" unknown). Rows are the *late* transactions,
+the *orphaned* ones not yet late (docs/kafka-semantics.md#orphaned), and the others at least
+`blocked_groups_min_age_seconds` old that stop a consumer group (or whose groups are unknown):
+a lingering one is classified coordinator_tracked (docs/kafka-semantics.md#blocked-before-late);
+they do not change the exit status.
 orphaned needs the coordinator's "not tracked" on two consecutive polls after the transaction was
 first seen. When the first poll sees open transactions not yet late the scan polls again at once
 to ask their coordinators; only when one is found not tracked does it wait
@@ -29,6 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
 from exporter.model import (
+    BlockingTransaction,
     Classification,
     ClusterObservation,
     ClusterSnapshot,
@@ -77,6 +82,7 @@ COLUMNS = (
     "TransactionalId",
     "Classification",
     "BlockedGroups",
+    "Application",
 )
 
 DEFAULT_ORPHAN_CHECK_SECONDS = 2.0
@@ -196,8 +202,8 @@ def poll_with_orphan_check(
 @dataclass(frozen=True, slots=True)
 class ScanRow:
     cluster: str
-    late: LateTransaction | OrphanedTransaction
-    """A late transaction, or an orphaned one not yet late."""
+    late: LateTransaction | OrphanedTransaction | BlockingTransaction
+    """A late transaction, an orphaned one not yet late, or another that blocks groups."""
     observed_at_ms: int
 
     @property
@@ -222,7 +228,11 @@ class ScanRow:
             "start_time_source": str(txn.start_time_source),
             "transactional_id": self.late.transactional_id,
             "classification": str(self.late.classification),
-            "topic_compacted": self.late.topic_compacted,
+            "application": self.late.application,
+            "late": isinstance(self.late, LateTransaction),
+            "topic_compacted": (
+                None if isinstance(self.late, BlockingTransaction) else self.late.topic_compacted
+            ),
             # null when unknown (then blocked_groups_unknown says why), [] when none
             "blocked_groups": None if self.late.blocked_groups_unknown is not None else [
                 {"group_id": g.group_id, "committed_offset": g.committed_offset,
@@ -247,6 +257,7 @@ class ScanRow:
             self.late.transactional_id or "-",
             str(self.late.classification),
             self.blocked_groups_cell(),
+            self.late.application or "-",
         ]
         return [self.cluster, *cells] if with_cluster else cells
 
@@ -257,11 +268,25 @@ class ScanRow:
 
 
 def rows_of(snapshot: ClusterSnapshot) -> list[ScanRow]:
-    entries: list[LateTransaction | OrphanedTransaction] = [*snapshot.late_transactions]
+    entries: list[LateTransaction | OrphanedTransaction | BlockingTransaction] = [
+        *snapshot.late_transactions
+    ]
     entries += [o for o in snapshot.orphaned_transactions if not o.late]
+    entries += blocking_only(snapshot)
     rows = [ScanRow(snapshot.cluster, entry, snapshot.observed_at_ms) for entry in entries]
     return sorted(rows, key=lambda r: (r.late.transaction.topic, r.late.transaction.partition,
                                        r.late.transaction.current_txn_start_offset))
+
+
+def blocking_only(snapshot: ClusterSnapshot) -> list[BlockingTransaction]:
+    """Transactions neither late, orphaned nor two-phase (those have their own rows or notes)
+    that stop a consumer group, or whose groups are unknown: a lingering one."""
+    return [
+        b for b in snapshot.blocking_transactions
+        if not b.late
+        and b.classification not in (Classification.ORPHANED, Classification.TWO_PHASE)
+        and (b.blocked_groups or b.blocked_groups_unknown is not None)
+    ]
 
 
 def two_phase_dict(cluster: str, entry: TwoPhaseTransaction) -> dict[str, Any]:
@@ -276,6 +301,7 @@ def two_phase_dict(cluster: str, entry: TwoPhaseTransaction) -> dict[str, Any]:
         "age_seconds": round(entry.age_seconds, 3),
         "transactional_id": entry.transactional_id,
         "classification": str(entry.classification),
+        "application": entry.application,
         "stuck": entry.stuck,
     }
 
@@ -387,7 +413,10 @@ def run_scan(
                          "classified (coordinator view incomplete)")
         for reason, count in sorted(snapshot.blocked_groups_unknown_by_reason.items()):
             notes.append(f"{cluster.name}: blocked consumer groups unknown ({reason}) for "
-                         f"{count} late or orphaned transaction(s)")
+                         f"{count} transaction(s)")
+        if snapshot.applications_overflowed:
+            notes.append(f"{cluster.name}: {snapshot.applications_overflowed} application(s) "
+                         "past max_applications are shown as _overflow")
 
     hanging = any(r.late.classification is Classification.HANGING for r in rows)
     orphaned = any(r.late.classification is Classification.ORPHANED for r in rows)

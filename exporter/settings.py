@@ -45,6 +45,14 @@ class ClusterSettings:
     two_phase_late_seconds: float = 3600.0
     """Age past which a KIP-939 two-phase-commit transaction counts as stuck (its coordinator
     never times it out; docs/kafka-semantics.md#two-phase-commit explains the default)."""
+    blocked_groups_min_age_seconds: float = 120.0
+    """Open transactions at least this old get their blocked consumer groups read, late or not
+    (README explains the default: four polls at the default interval)."""
+    application_patterns: tuple[str, ...] = ()
+    """Regexes with a named group `application`, tried on transactional ids before the built-in
+    Kafka Streams and Flink patterns (`exporter.applications`)."""
+    max_applications: int = 100
+    """Distinct `application` label values per cluster and poll; the rest are folded into one."""
     transaction_max_timeout_ms: int | None = None
     """Override for principals that may not DescribeConfigs; skips the lookup."""
     config_refresh_seconds: float = 3600.0

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from exporter.model import (
     BlockedGroup,
+    BlockingTransaction,
     BrokerSummary,
     Classification,
     ClusterObservation,
@@ -56,6 +57,7 @@ def late(
     *,
     blocked: Sequence[tuple[str, float]] = (),
     blocked_unknown: str | None = None,
+    application: str = "",
 ) -> LateTransaction:
     """`blocked`: (group id, seconds) of the groups it stops at its start offset."""
     return LateTransaction(
@@ -66,6 +68,31 @@ def late(
         topic_compacted=topic_compacted,
         blocked_groups=blocked_groups(txn, blocked),
         blocked_groups_unknown=blocked_unknown,
+        application=application,
+    )
+
+
+def blocking(
+    txn: OpenTransaction,
+    classification: Classification = Classification.COORDINATOR_TRACKED,
+    transactional_id: str = "",
+    *,
+    late: bool = False,
+    blocked: Sequence[tuple[str, float]] = (),
+    blocked_unknown: str | None = None,
+    application: str = "",
+) -> BlockingTransaction:
+    """A transaction whose blocked groups were read (by default a lingering one: tracked by
+    its coordinator, not late)."""
+    return BlockingTransaction(
+        transaction=txn,
+        age_seconds=(NOW_MS - txn.start_time_ms) / 1000.0,
+        transactional_id=transactional_id,
+        classification=classification,
+        late=late,
+        blocked_groups=blocked_groups(txn, blocked),
+        blocked_groups_unknown=blocked_unknown,
+        application=application,
     )
 
 
@@ -85,6 +112,7 @@ def orphaned(
     late: bool = False,
     blocked: Sequence[tuple[str, float]] = (),
     blocked_unknown: str | None = None,
+    application: str = "",
 ) -> OrphanedTransaction:
     return OrphanedTransaction(
         transaction=txn,
@@ -94,6 +122,7 @@ def orphaned(
         late=late,
         blocked_groups=blocked_groups(txn, blocked),
         blocked_groups_unknown=blocked_unknown,
+        application=application,
     )
 
 
@@ -141,8 +170,28 @@ def snapshot(
     compacted_topics: Mapping[str, bool] | None = None,
     blocked_groups_unknown_by_reason: Mapping[str, int] | None = None,
     orphan_detection_warm: bool = True,
+    blocking_transactions: Sequence[BlockingTransaction] = (),
+    applications_overflowed: int = 0,
 ) -> ClusterSnapshot:
+    """Every late and orphaned transaction is also a blocking one (its groups were read), as
+    `analyze` makes them, before the extra `blocking_transactions` (e.g. lingering ones)."""
     durations = dict(durations or {})
+    derived: dict[tuple[str, int, int, int, int], BlockingTransaction] = {}
+    for lt in late_transactions:
+        derived[lt.transaction.key] = blocking(
+            lt.transaction, lt.classification, lt.transactional_id, late=True,
+            application=lt.application,
+        )
+        derived[lt.transaction.key] = _with_groups(derived[lt.transaction.key], lt)
+    for o in orphaned_transactions:
+        if o.transaction.key not in derived:
+            derived[o.transaction.key] = _with_groups(
+                blocking(o.transaction, Classification.ORPHANED, o.transactional_id,
+                         application=o.application),
+                o,
+            )
+    for b in blocking_transactions:
+        derived[b.transaction.key] = b
     return ClusterSnapshot(
         cluster=cluster,
         observed_at_ms=NOW_MS,
@@ -163,6 +212,19 @@ def snapshot(
         compacted_topics=dict(compacted_topics or {}),
         blocked_groups_unknown_by_reason=dict(blocked_groups_unknown_by_reason or {}),
         orphan_detection_warm=orphan_detection_warm and up,
+        blocking_transactions=tuple(derived.values()),
+        applications_overflowed=applications_overflowed,
+    )
+
+
+def _with_groups(
+    b: BlockingTransaction, source: LateTransaction | OrphanedTransaction
+) -> BlockingTransaction:
+    return BlockingTransaction(
+        transaction=b.transaction, age_seconds=b.age_seconds,
+        transactional_id=b.transactional_id, classification=b.classification, late=b.late,
+        blocked_groups=source.blocked_groups,
+        blocked_groups_unknown=source.blocked_groups_unknown, application=b.application,
     )
 
 

@@ -345,6 +345,21 @@ def test_bench_blocked_groups_tiny_counts_no_group_request_without_late_transact
     assert late["poll_cpu_seconds_with_groups"] > 0 and "extra ms/late" in stdout
 
 
+def test_bench_blocked_min_age_tiny_reads_nothing_while_young_and_the_groups_once_old() -> None:
+    stdout, results = _run("bench_blocked_min_age.py", "--partitions", "10", "--open", "3",
+                           "--groups", "2", "--repeat", "1")
+    assert [r["scenario"] for r in results] == ["young", "old"]
+    young, old = results
+    _assert_machine(young["machine"])
+    assert young["group_requests"] == {} and young["blocked_groups_reported"] == 0
+    assert young["requests_identical"] is True
+    assert old["group_requests"]["ListGroups"] == 3
+    assert old["group_requests"]["FindCoordinator(group)"] == 1
+    assert old["blocked_groups_reported"] == 2 * 3
+    assert old["requests_baseline"].get("ListGroups") is None  # the baseline reads no group
+    assert old["poll_cpu_seconds_min_age"] > 0 and "extra ms/txn" in stdout
+
+
 def test_bench_idle_crowd_tiny_scrapes_a_real_serve_with_and_without_the_crowd() -> None:
     _, results = _run("bench_idle_crowd.py", "--crowd", "30", "--seconds", "1.5", "--tls")
     (result,) = results

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from exporter_factories import NOW_MS, broker, late, open_txn, orphaned, snapshot
+from exporter_factories import NOW_MS, blocking, broker, late, open_txn, orphaned, snapshot
 
 from exporter import __version__
 from exporter.model import Classification, ClusterSnapshot, PartitionVerification
@@ -109,9 +109,9 @@ def test_scan_hanging_exits_1_with_find_hanging_columns() -> None:
     assert header.split() == list(COLUMNS)
     # sorted by topic: hang-test before txn-open; Duration(min) = (now - LastTimestamp) // 60 s
     assert first.split() == ["hang-test", "0", "3", "0", "-1", "0",
-                             str(NOW_MS - 400_000), "6", "400s", "-", "hanging", "-"]
+                             str(NOW_MS - 400_000), "6", "400s", "-", "hanging", "-", "-"]
     assert second.split() == ["txn-open", "2", "2", "1", "5", "42", str(NOW_MS - 125_000),
-                              "2", "125s", "tx-open-1", "coordinator_tracked", "-"]
+                              "2", "125s", "tx-open-1", "coordinator_tracked", "-", "-"]
 
 
 def test_scan_shows_blocked_groups_in_table_and_json() -> None:
@@ -124,7 +124,7 @@ def test_scan_shows_blocked_groups_in_table_and_json() -> None:
     code, out, err = scan_with(snap)
     assert code == EXIT_HANGING
     _, first, second = out.strip().splitlines()
-    assert first.split()[-1] == "grp-rc,etl" and second.split()[-1] == "?"
+    assert first.split()[-2] == "grp-rc,etl" and second.split()[-2] == "?"
     assert "blocked consumer groups unknown (unauthorized) for 1" in err
     _, out, _ = scan_with(snap, output="json")
     rows = json.loads(out)["transactions"]
@@ -134,6 +134,32 @@ def test_scan_shows_blocked_groups_in_table_and_json() -> None:
     ]
     assert rows[0]["blocked_groups_unknown"] is None
     assert rows[1]["blocked_groups"] is None and rows[1]["blocked_groups_unknown"] == "unauthorized"
+
+
+def test_scan_shows_a_lingering_transaction_blocking_groups_without_failing() -> None:
+    """Not late, tracked by its coordinator, stopping a group: a row classified
+    coordinator_tracked with its groups and application; exit status 0 (nothing hanging)."""
+    lingering = blocking(
+        open_txn("clicks", 1, producer_id=11, start_offset=70, age_ms=180_000),
+        Classification.COORDINATOR_TRACKED, "clicks-sink-3-118",
+        blocked=[("dashboard", 120.0)], application="clicks-sink",
+    )
+    quiet = blocking(open_txn("clicks", 2, producer_id=12, start_offset=5, age_ms=180_000),
+                     Classification.COORDINATOR_TRACKED, "clicks-sink-4-118",
+                     application="clicks-sink")  # stops nobody: no row
+    snap = snapshot("c1", brokers=[broker(1)], blocking_transactions=[lingering, quiet])
+    code, out, _ = scan_with(snap)
+    assert code == EXIT_OK
+    _, row = out.strip().splitlines()
+    assert row.split() == ["clicks", "1", "11", "0", "-1", "70", str(NOW_MS - 180_000), "3",
+                           "180s", "clicks-sink-3-118", "coordinator_tracked", "dashboard",
+                           "clicks-sink"]
+    code, out, _ = scan_with(snap, output="json")
+    (data,) = json.loads(out)["transactions"]
+    assert code == EXIT_OK
+    assert data["late"] is False and data["application"] == "clicks-sink"
+    assert data["blocked_groups"] == [
+        {"group_id": "dashboard", "committed_offset": 70, "blocked_seconds": 120.0}]
 
 
 ORPHANED = orphaned(open_txn("txn-open", 1, producer_id=9, start_offset=7, age_ms=95_000),
@@ -148,8 +174,8 @@ def test_scan_orphaned_not_yet_late_is_a_row_and_exits_1() -> None:
     assert code == EXIT_HANGING
     _, first, second = out.strip().splitlines()
     assert first.split() == ["txn-open", "1", "9", "0", "-1", "7", str(NOW_MS - 95_000),
-                             "1", "95s", "etl-1", "orphaned", "-"]
-    assert second.split()[-2:] == ["coordinator_tracked", "-"]
+                             "1", "95s", "etl-1", "orphaned", "-", "-"]
+    assert second.split()[-3:] == ["coordinator_tracked", "-", "-"]
     code, out, _ = scan_with(snap, output="json")
     data = json.loads(out)
     assert code == EXIT_HANGING and data["orphaned"] is True and data["hanging"] is False

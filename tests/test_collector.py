@@ -87,11 +87,12 @@ def test_snapshot_metrics_and_labels() -> None:
     assert get(s, "kafka_partitions_with_open_transactions", cluster="c1", broker="1") == 2
     assert get(s, "kafka_late_transaction_age_seconds", cluster="c1", topic="hang-test",
                partition="0", producer_id="3", producer_epoch="0", coordinator_epoch="-1",
-               start_offset="0", transactional_id="", classification="hanging") == 400.0
+               start_offset="0", transactional_id="", classification="hanging",
+               application="") == 400.0
     assert get(s, "kafka_late_transaction_age_seconds", cluster="c1", topic="txn-open",
                partition="1", producer_id="2", producer_epoch="1", coordinator_epoch="4",
                start_offset="17", transactional_id="tx-open-1",
-               classification="coordinator_tracked") == 200.0
+               classification="coordinator_tracked", application="") == 200.0
     assert get(s, "kafka_transactions", cluster="c1", state="Ongoing") == 1
     assert get(s, "kafka_transactions", cluster="c1", state="Empty") == 2
     assert get(s, "kafka_transaction_max_timeout_seconds", cluster="c1", broker="1") == 60.0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from exporter_factories import broker, late, open_txn, orphaned, snapshot
+from exporter_factories import blocking, broker, late, open_txn, orphaned, snapshot
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as om_generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
@@ -43,6 +43,8 @@ def golden_store() -> SnapshotStore:
     tracked = open_txn("payments", 0, leader_id=2, producer_id=8, producer_epoch=2,
                        coordinator_epoch=5, start_offset=17, age_ms=250_500)
     early = open_txn("orders", 5, leader_id=1, producer_id=9, start_offset=3, age_ms=95_000)
+    lingering = open_txn("clicks", 1, leader_id=2, producer_id=11, start_offset=70,
+                         age_ms=180_000)
     store.publish(snapshot(
         "prod",
         brokers=[broker(1, open_=2, late_=1, hanging=1, orphaned_=2,
@@ -57,7 +59,11 @@ def golden_store() -> SnapshotStore:
                                 topic_compacted=False, blocked_unknown="unauthorized")],
         orphaned_transactions=[orphaned(hanging, late=True,
                                         blocked=[("billing", 360.0), ("audit", 30.0)]),
-                               orphaned(early, "etl-7")],
+                               orphaned(early, "etl-7", application="etl")],
+        blocking_transactions=[blocking(lingering, Classification.COORDINATOR_TRACKED,
+                                        "clicks-sink-3-118", blocked=[("dashboard", 120.0)],
+                                        application="clicks-sink")],
+        applications_overflowed=0,
         blocked_groups_unknown_by_reason={"unauthorized": 1},
         transaction_states={"Ongoing": 1, "Empty": 2},
         lso_lag={TopicPartition("orders", 3): 12},

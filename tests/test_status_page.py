@@ -25,7 +25,15 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from exporter_factories import NOW_MS, broker, late, open_txn, orphaned, snapshot
+from exporter_factories import (
+    NOW_MS,
+    blocking,
+    broker,
+    late,
+    open_txn,
+    orphaned,
+    snapshot,
+)
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
 
@@ -289,6 +297,39 @@ def test_orphaned_transactions_not_yet_late_have_their_own_table_and_broker_colu
     assert "Orphaned transactions, not yet late (1)" in dom.texts("h3")
     assert "No orphaned transactions." in dom.texts("p", "empty")  # staging
     assert "3 late, 1 hanging, 2 orphaned" in " ".join(dom.texts("p", "meta"))
+
+
+def test_a_lingering_transaction_blocking_groups_has_its_own_table_with_its_application() -> None:
+    """Not late, tracked by its coordinator, stopping a group: listed under its own heading
+    with what to do (no abort); the application its id names is shown under the id."""
+    lingering = blocking(
+        open_txn("clicks", 1, producer_id=11, start_offset=70, age_ms=180_000),
+        Classification.COORDINATOR_TRACKED, "clicks-sink-3-118",
+        blocked=[("dashboard", 120.0)], application="clicks-sink",
+    )
+    quiet = blocking(open_txn("clicks", 2, producer_id=12, start_offset=5, age_ms=180_000),
+                     Classification.COORDINATOR_TRACKED, "clicks-sink-4-118")  # stops nobody
+    hanging = late(open_txn("payments", 3, producer_id=4007, start_offset=9, age_ms=7_500_000),
+                   Classification.HANGING, "billing-7", blocked=[("billing", 60.0)],
+                   application="billing")
+    page = render_status_page(
+        {"prod": snapshot("prod", brokers=[broker(1)], late_transactions=[hanging],
+                          blocking_transactions=[lingering, quiet])},
+        errors={}, config_file=None, abort_command=("kafka-txn-exporter", "abort"),
+        now_ms=NOW_MS,
+    ).decode()
+    dom = Dom(page)
+    assert "Transactions blocking consumer groups, not late (1)" in dom.texts("h3")
+    assert dom.rows("data-classification") == [
+        ("hanging", ["2h 05m", "hanging", "payments-3", "4007 / 0", "-1",
+                     "billing-7application: billing", "9", "?", "billing (≥ 1m 00s)"]),
+        ("coordinator_tracked", ["3m 00s", "coordinator_tracked", "clicks-1", "11 / 0", "-1",
+                                 "clicks-sink-3-118application: clicks-sink", "70", "?",
+                                 "dashboard (≥ 2m 00s)"]),
+    ]
+    assert "Lingering: its coordinator tracks it" in page
+    assert page.count('data-application="clicks-sink"') == 1
+    assert page.count('class="cmd"') == 1  # the hanging one's abort command only
 
 
 @pytest.mark.system_tools  # chromium

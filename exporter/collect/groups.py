@@ -1,7 +1,8 @@
-"""Committed offsets of consumer groups on the partitions with a late transaction: which groups
-a late transaction stops (docs/kafka-semantics.md#blocked-groups).
+"""Committed offsets of consumer groups on the partitions with a late or orphaned transaction,
+or one at least `blocked_groups_min_age_seconds` old: which groups it stops
+(docs/kafka-semantics.md#blocked-groups, #blocked-before-late).
 
-Asked only when some partition has a late transaction, and batched so the cost does not grow
+Asked only when some partition has such a transaction, and batched so the cost does not grow
 with the number of groups times partitions one request at a time: ListGroups on every broker
 (each lists the groups it coordinates), one FindCoordinator for all groups (v4+), then
 OffsetFetch v8+ at each coordinator with many groups per request, each restricted to the
@@ -84,7 +85,7 @@ class ConsumerGroupReader:
     """Reads the committed offsets; remembers since when each (group, partition) has held the
     same offset, so a blocked group's duration can be told (Kafka does not report when an
     offset was committed). That memory holds only (group, partition) pairs read in the latest
-    poll (or left unknown by it), so it is bounded by the groups on late partitions."""
+    poll (or left unknown by it), so it is bounded by the groups on the partitions looked at."""
 
     def __init__(
         self, client: ClusterClient, support: ApiSupportLog, settings: ClusterSettings
@@ -109,8 +110,9 @@ class ConsumerGroupReader:
         state: PollState,
     ) -> ConsumerGroupOffsets | None:
         """Committed offsets of every consumer group on `partitions` (already known to need a
-        look: a late transaction with the high watermark past the LSO). `unknown`: partitions
-        whose offsets could not even be compared (the LSO read failed), carried through.
+        look: a late, orphaned or old enough transaction with the high watermark past the
+        LSO). `unknown`: partitions whose offsets could not even be compared (the LSO read
+        failed), carried through.
         None, and no request at all, when there is no partition to look at."""
         asked = sorted(set(partitions))
         if not asked and not unknown:

@@ -1,6 +1,7 @@
 """One poll of one cluster: Metadata -> DescribeProducers -> start times -> thresholds ->
-LSO lag -> coordinator view and, only for partitions with a late transaction, the consumer
-groups' committed offsets, gathered into a `ClusterObservation`.
+LSO lag -> coordinator view and, only for partitions with a late or orphaned transaction or
+one at least `blocked_groups_min_age_seconds` old, the consumer groups' committed offsets,
+gathered into a `ClusterObservation`.
 
 `ClusterPoller` only wires the phases; each is a collaborator with its own cache
 (`producers`, `start_times`, `broker_config`, `coordinators`, `lso`, `groups`), and every
@@ -46,8 +47,10 @@ from exporter.model import (
 )
 from exporter.rules import (
     ORPHANED_AFTER_POLLS,
+    blocked_groups_min_age_ms,
     effective_max_timeout_ms,
     is_late,
+    is_old_enough_for_groups,
     is_orphaned,
     late_buffer_ms,
 )
@@ -176,12 +179,20 @@ class ClusterPoller:
         )
         late = self._late_rule(state.now_ms)
         seen_before = self._seen_open
+        min_age_ms = blocked_groups_min_age_ms(self.settings)
+        now_ms = state.now_ms
+
+        def old_enough(txn: OpenTransaction) -> bool:
+            return is_old_enough_for_groups(txn, now_ms, min_age_ms)
 
         def ask(txn: OpenTransaction) -> bool:
             # A transaction seen open only once costs nothing: most end before the next poll.
+            # One old enough to block consumers is asked at once (its classification is shown
+            # with the groups it blocks, also on the first poll after a start).
             return (
                 txn.key in seen_before
                 or late(txn)
+                or old_enough(txn)
                 or (self._also_ask is not None and self._also_ask(txn))
             )
 
@@ -217,9 +228,13 @@ class ClusterPoller:
         # The first poll after start asks about nothing (nothing was seen open before it).
         self._answered_polls = self._answered_polls + 1 if self._polled_before else 0
         self._polled_before = True
-        # Only behind late or orphaned transactions: blocked groups, compacted topics.
+        # Only behind late or orphaned transactions: compacted topics; behind those and any
+        # old enough to block consumers (a lingering one, not late): blocked groups. While no
+        # transaction is that old, nothing more is read.
         affected = [*filter(late, open_txns), *orphaned_transactions(open_txns, untracked_polls)]
-        to_look_at, not_comparable = _blocked_group_candidates(affected, offsets)
+        to_look_at, not_comparable = _blocked_group_candidates(
+            [*affected, *filter(old_enough, open_txns)], offsets
+        )
         compacted_topics, group_offsets = await asyncio.gather(
             self._topic_config.compacted({t.topic for t in affected}, meta, state),
             self._groups.read(to_look_at, not_comparable, meta, state),
@@ -325,7 +340,8 @@ class ClusterPoller:
 def _blocked_group_candidates(
     affected: list[OpenTransaction], offsets: StableOffsets
 ) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
-    """Partitions of the `affected` (late or orphaned) transactions whose groups need a look
+    """Partitions of the `affected` (late, orphaned or old enough) transactions whose groups
+    need a look
     (the high watermark is past the LSO: otherwise no group can be stopped there), and those
     whose LSO could not be read (their groups are unknown)."""
     look: list[TopicPartition] = []

@@ -252,15 +252,16 @@ def _collect_data(state: ClusterState, snap: ClusterSnapshot, fam: _Families) ->
     for late in snap.late_transactions:
         fam.add("kafka_late_transaction_age_seconds", state, late.age_seconds,
                 *_transaction_identity(late.transaction), late.transactional_id,
-                str(late.classification))
+                str(late.classification), late.application)
     _collect_blocked_groups(state, snap, fam)
     for orphan in snap.orphaned_transactions:
         fam.add("kafka_orphaned_transaction_age_seconds", state, orphan.age_seconds,
-                *_transaction_identity(orphan.transaction), orphan.transactional_id)
+                *_transaction_identity(orphan.transaction), orphan.transactional_id,
+                orphan.application)
     for two_phase in snap.two_phase_transactions:
         fam.add("kafka_two_phase_transaction_age_seconds", state, two_phase.age_seconds,
                 *_transaction_identity(two_phase.transaction), two_phase.transactional_id,
-                "true" if two_phase.stuck else "false")
+                "true" if two_phase.stuck else "false", two_phase.application)
     if snap.transaction_states is not None:
         for txn_state, count in sorted(snap.transaction_states.items()):
             fam.add("kafka_transactions", state, count, txn_state)
@@ -277,28 +278,33 @@ def _transaction_identity(txn: OpenTransaction) -> tuple[str, ...]:
 
 
 def _collect_blocked_groups(state: ClusterState, snap: ClusterSnapshot, fam: _Families) -> None:
-    """Per late or orphaned transaction the groups it stops (a late orphaned one is in both
-    lists: once), and each blocked (group, partition) once."""
-    seen: set[tuple[str, int, int, int, int]] = set()
-    blocked: dict[tuple[str, str, int], float] = {}
-    for txn, groups, unknown in [
-        *((lt.transaction, lt.blocked_groups, lt.blocked_groups_unknown)
-          for lt in snap.late_transactions),
-        *((o.transaction, o.blocked_groups, o.blocked_groups_unknown)
-          for o in snap.orphaned_transactions),
-    ]:
-        if txn.key in seen:
-            continue
-        seen.add(txn.key)
-        for g in groups:
-            blocked[(g.group_id, g.topic, g.partition)] = g.blocked_seconds
-        if unknown is None:  # unknown: absent, never 0
-            fam.add("kafka_transaction_blocked_consumer_groups", state, float(len(groups)),
-                    txn.topic, str(txn.partition), str(txn.producer_id),
-                    str(txn.producer_epoch), str(txn.current_txn_start_offset))
-    for (group, topic, partition), seconds in sorted(blocked.items()):
+    """Per transaction whose groups were read the groups it stops, and each blocked (group,
+    partition) once (only the transaction holding the partition's LSO stops groups there)."""
+    blocked: dict[tuple[str, str, int], tuple[float, str, str, str]] = {}
+    for b in snap.blocking_transactions:
+        txn = b.transaction
+        classification = str(b.classification)
+        for g in b.blocked_groups:
+            blocked[(g.group_id, g.topic, g.partition)] = (
+                g.blocked_seconds, b.transactional_id, classification, b.application
+            )
+        if b.blocked_groups:
+            fam.add("kafka_blocking_transaction_age_seconds", state, b.age_seconds,
+                    *_transaction_identity(txn), b.transactional_id, classification,
+                    b.application)
+        if b.blocked_groups_unknown is None:  # unknown: absent, never 0
+            fam.add("kafka_transaction_blocked_consumer_groups", state,
+                    float(len(b.blocked_groups)), txn.topic, str(txn.partition),
+                    str(txn.producer_id), str(txn.producer_epoch),
+                    str(txn.current_txn_start_offset), b.transactional_id, classification,
+                    b.application)
+    for (group, topic, partition), (seconds, tid, classification, application) in sorted(
+        blocked.items()
+    ):
         fam.add("kafka_consumer_group_blocked_seconds", state, seconds, group, topic,
-                str(partition))
+                str(partition), tid, classification, application)
     for reason, count in sorted(snap.blocked_groups_unknown_by_reason.items()):
         fam.add("kafka_txn_exporter_blocked_consumer_groups_unknown", state, float(count),
                 reason)
+    fam.add("kafka_txn_exporter_applications_overflowed", state,
+            float(snap.applications_overflowed))

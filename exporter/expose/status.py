@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from exporter.model import (
+    BlockingTransaction,
     Classification,
     ClusterSnapshot,
     LateTransaction,
@@ -72,6 +73,8 @@ h3 { font-size: 15px; margin: 16px 0 6px; }
 .coordinator_tracked { background: #fef3c7; color: #92400e; }
 .unknown { background: #e5e7eb; color: #374151; }
 .two_phase { background: #e0e7ff; color: #3730a3; }
+.orphaned { background: #fee2e2; color: #991b1b; }
+.app { display: block; color: #4b5563; font-size: 12px; }
 table { border-collapse: collapse; width: 100%; font-size: 14px; }
 th, td { text-align: left; padding: 5px 10px; border-bottom: 1px solid #e5e7eb;
          vertical-align: top; }
@@ -233,6 +236,7 @@ def _cluster_section(
     out.append(_transactions_table(name, snapshot, config_file, abort_command, runbook_url))
     out.append(_orphaned_table(snapshot, runbook_url))
     out.append(_two_phase_table(snapshot, runbook_url))
+    out.append(_blocking_table(snapshot, runbook_url))
     if snapshot.request_errors:
         counts: dict[tuple[int, str, str], int] = {}
         for err in snapshot.request_errors:
@@ -389,10 +393,7 @@ def _transaction_row(
     """One row of the late or the orphaned table (the same columns)."""
     txn = entry.transaction
     tp_lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
-    tid = (
-        f"<span class=\"tid\">{_e(entry.transactional_id)}</span>"
-        if entry.transactional_id else "<em class=\"note\">none</em>"
-    )
+    tid = _tid_cell(entry.transactional_id, entry.application)
     cls = entry.classification.value
     return _label_cells(
         f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
@@ -409,7 +410,78 @@ def _transaction_row(
     )
 
 
-def _blocked_groups_cell(late: LateTransaction | OrphanedTransaction) -> str:
+def _tid_cell(transactional_id: str, application: str) -> str:
+    """The transactional id and, under it, the application it names (for routing)."""
+    tid = (
+        f"<span class=\"tid\">{_e(transactional_id)}</span>"
+        if transactional_id else "<em class=\"note\">none</em>"
+    )
+    if not application:
+        return tid
+    return (f"{tid}<span class=\"app\" data-application=\"{_e(application)}\">application: "
+            f"{_e(application)}</span>")
+
+
+_BLOCKING_ACTIONS = {
+    Classification.COORDINATOR_TRACKED: (
+        "Lingering: its coordinator tracks it and ends it at its transaction.timeout.ms. "
+        "No abort: restart its job (a Flink job from its checkpoint), or wait, or lower the "
+        "timeout."
+    ),
+    Classification.UNKNOWN: (
+        "Its coordinator has not answered yet (or did not track it on one poll only): wait a "
+        "poll or two."
+    ),
+    Classification.TWO_PHASE: "Two-phase commit: only its external coordinator ends it.",
+}
+
+
+def _blocking_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
+    """Transactions that are neither late nor orphaned (those are above) but old enough that
+    the groups they stop were read: a lingering one blocks its consumers until its own
+    transaction.timeout.ms."""
+    entries = [
+        b for b in snapshot.blocking_transactions
+        if not b.late and b.classification is not Classification.ORPHANED
+        and (b.blocked_groups or b.blocked_groups_unknown is not None)
+    ]
+    title = f"<h3>Transactions blocking consumer groups, not late ({len(entries)})</h3>"
+    if not entries:
+        return title + "<p class=\"empty\">No other transaction blocks a consumer group.</p>"
+    rows = []
+    for entry in entries:
+        txn = entry.transaction
+        lag = snapshot.last_stable_offset_lag.get(TopicPartition(txn.topic, txn.partition))
+        cls = entry.classification.value
+        rows.append(_label_cells(
+            f"<tr class=\"txn\" data-classification=\"{_e(cls)}\">"
+            f"<td class=\"num\">{_e(_duration(entry.age_seconds))}</td>"
+            f"<td><span class=\"badge {_e(cls)}\">{_e(cls)}</span></td>"
+            f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
+            f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
+            f"<td class=\"num\">{txn.coordinator_epoch}</td>"
+            f"<td>{_tid_cell(entry.transactional_id, entry.application)}</td>"
+            f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
+            f"<td class=\"num\">{'?' if lag is None else lag}</td>"
+            f"{_blocked_groups_cell(entry)}</tr>",
+            _TRANSACTION_LABELS,
+        ))
+        action = _BLOCKING_ACTIONS.get(entry.classification, "")
+        rows.append(f"<tr class=\"cmd-row\"><td></td><td colspan=\"8\">"
+                    f"<span class=\"note\">{_e(action)}</span></td></tr>")
+    return (
+        title + "<p class=\"note\">Open transactions older than "
+        "blocked_groups_min_age_seconds, neither late nor orphaned, at whose start offset "
+        "consumer groups are stopped (read_committed consumers wait until they end); "
+        f"<a href=\"{_e(runbook_url)}#kafkaconsumersblockedbytransaction\" "
+        "rel=\"noopener noreferrer\">runbook</a>.</p>"
+        + _transaction_table("transactions blocking cards", rows)
+    )
+
+
+def _blocked_groups_cell(
+    late: LateTransaction | OrphanedTransaction | BlockingTransaction,
+) -> str:
     """The groups stopped at this transaction's start offset, each with how long the exporter
     has seen it there (a lower bound); unknown says why, never "none"."""
     if late.blocked_groups_unknown is not None:
@@ -474,7 +546,7 @@ def _two_phase_table(snapshot: ClusterSnapshot, runbook_url: str) -> str:
             f"<td><span class=\"badge two_phase\">two_phase</span> {state}</td>"
             f"<td><code>{_e(txn.topic)}</code>-{txn.partition}</td>"
             f"<td class=\"num\">{txn.producer_id} / {txn.producer_epoch}</td>"
-            f"<td><span class=\"tid\">{_e(entry.transactional_id)}</span></td>"
+            f"<td>{_tid_cell(entry.transactional_id, entry.application)}</td>"
             f"<td class=\"num\">{txn.current_txn_start_offset}</td>"
             f"<td class=\"num\">{'?' if lag is None else lag}</td></tr>",
             _TWO_PHASE_LABELS,

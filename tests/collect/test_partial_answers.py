@@ -136,11 +136,20 @@ def scenario() -> Iterator[Scenario]:
         yield scenario
 
 
+_CLASSIFIED = frozenset({
+    "kafka_late_transaction_age_seconds",
+    "kafka_blocking_transaction_age_seconds",
+    "kafka_consumer_group_blocked_seconds",
+    "kafka_transaction_blocked_consumer_groups",
+})
+
+
 def _unknown_variant(series: Series, value: float, truth: dict[Series, float]) -> bool:
     """A late transaction classified unknown where the truth says hanging or tracked: the
-    same transaction, its classification not known (the honest answer), same age."""
+    same transaction, its classification not known (the honest answer), same age; likewise
+    the series of the groups it blocks, which carry its classification."""
     name, labels = series
-    if name != "kafka_late_transaction_age_seconds" or ("classification", "unknown") not in labels:
+    if name not in _CLASSIFIED or ("classification", "unknown") not in labels:
         return False
     def identity(ls: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
         return [kv for kv in ls if kv[0] not in ("classification", "transactional_id")]
