@@ -97,6 +97,14 @@ class UnsupportedApi(CollectError):
     kind = "UNSUPPORTED_VERSION"
 
 
+_SASL_FAILURE_HINTS = {
+    "AWS_MSK_IAM": " (AWS MSK IAM: check that the IAM policy allows kafka-cluster:Connect on "
+    "this cluster, that the region is the cluster's, and this host's clock: a signature "
+    "more than 5 minutes off is refused)",
+}
+"""What to check when the broker refuses a mechanism whose broker-side reasons are not sent."""
+
+
 def build_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     """A client TLS context that verifies the broker (against `ca_file` or the system store)."""
     if tls.ca_file is not None:
@@ -117,7 +125,8 @@ class ConnectionOptions:
     sasl: SaslSettings | None = None
     login: SaslLogin | None = None
     """The cluster's login for `sasl` (`exporter.collect.sasl.logins.make_login`), shared by
-    every connection; made per connection when not given."""
+    every connection; required with `sasl`. (Made by the caller, not here: a login module
+    raises this module's errors, so this module never imports the logins.)"""
     connect_timeout_seconds: float = 10.0
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     """Frames above this fail the connection as soon as their 4-byte length is read."""
@@ -236,18 +245,26 @@ class BrokerConnection:
         return self.finalized_features
 
     async def _authenticate(self, sasl: SaslSettings, timeout: float) -> None:
-        """SaslHandshake v1 then SaslAuthenticate rounds driven by kafka-python's mechanism."""
+        """SaslHandshake v1 then SaslAuthenticate rounds driven by kafka-python's mechanism.
+
+        The login names the mechanism spoken on the wire, which may differ from the configured
+        one (AWS_MSK_IAM is spoken as OAUTHBEARER); messages name the configured one."""
+        login = self._options.login
+        if login is None:
+            raise AuthenticationFailed(f"SASL {sasl.mechanism}: no login for this connection")
+        wire_mechanism = login.mechanism
         handshake_version = self.version_for(SaslHandshakeRequest)
         handshake = await self._send(
-            SaslHandshakeRequest(mechanism=sasl.mechanism, version=handshake_version),
+            SaslHandshakeRequest(mechanism=wire_mechanism, version=handshake_version),
             handshake_version,
             timeout,
         )
         if handshake.error_code != 0:
             enabled = list(handshake.mechanisms)
             hint = "" if enabled else ": this listener takes no SASL (PLAINTEXT or SSL)"
+            spoken = "" if wire_mechanism == sasl.mechanism else f" (as {wire_mechanism})"
             raise AuthenticationFailed(
-                f"SASL mechanism {sasl.mechanism} refused by {self.host}:{self.port}: "
+                f"SASL mechanism {sasl.mechanism}{spoken} refused by {self.host}:{self.port}: "
                 f"{error_name(handshake.error_code)} (enabled: {enabled}){hint}"
             )
         security_protocol = "SASL_SSL" if self._options.ssl_context else "SASL_PLAINTEXT"
@@ -255,17 +272,12 @@ class BrokerConnection:
         # SASL needs (its mechanisms), and `scan` of a cluster without SASL should not load.
         from kafka.net.sasl import get_sasl_mechanism
 
-        login = self._options.login
-        if login is None:
-            from exporter.collect.sasl.logins import make_login
-
-            login = make_login(sasl)
         options = await login.mechanism_options()
         try:
-            mechanism = get_sasl_mechanism(sasl.mechanism)(
+            mechanism = get_sasl_mechanism(wire_mechanism)(
                 host=self.host,
                 security_protocol=security_protocol,
-                sasl_mechanism=sasl.mechanism,
+                sasl_mechanism=wire_mechanism,
                 **options,
             )
         except (KeyError, kafka_errors.KafkaError) as exc:
@@ -285,6 +297,7 @@ class BrokerConnection:
                 raise AuthenticationFailed(
                     f"SASL {sasl.mechanism} with {self.host}:{self.port}: "
                     f"{error_name(response.error_code)} {response.error_message or ''}".rstrip()
+                    + _SASL_FAILURE_HINTS.get(sasl.mechanism, "")
                 )
             try:
                 mechanism.receive(bytes(response.auth_bytes))
