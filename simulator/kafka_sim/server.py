@@ -53,7 +53,7 @@ from kafka_sim.errors import (
     UNSUPPORTED_VERSION,
 )
 from kafka_sim.faults import NetworkFaults
-from kafka_sim.sasl import SaslAuthenticationFailed, SaslServer, SaslUsers
+from kafka_sim.sasl import SaslAuthenticationFailed, SaslAuthority, SaslServer
 from kafka_sim.versions import VersionProfile
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class ListenerSecurity:
     """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, from which parts are set."""
 
     ssl_context: ssl.SSLContext | None = None
-    sasl: SaslUsers | None = None
+    sasl: SaslAuthority | None = None
     failed_authentication_delay_ms: int = FAILED_AUTHENTICATION_DELAY_MS
 
     @property
