@@ -146,6 +146,8 @@ class MskIamAuthority:
         self.accepted = 0
         self.tokens: list[str] = []
         """Each accepted token, in order (to tell how many distinct tokens a client used)."""
+        self.principals: list[str] = []
+        """The principal each accepted token proved, in order."""
 
     def new_server(self, mechanism: str) -> MskIamServer:
         return MskIamServer(self)
@@ -175,6 +177,7 @@ class MskIamServer:
             return INVALID_TOKEN.encode()
         self._authority.accepted += 1
         self._authority.tokens.append(bearer)
+        self._authority.principals.append(principal)
         self.username = principal
         self.complete = True
         return b""

@@ -17,11 +17,11 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from collect.aws_fakes import CONTAINER_AUTHORIZATION, FakeAws, fake_aws
 
 from exporter.collect.connection import AuthenticationFailed
 from exporter.collect.sasl.aws_msk_iam import TOKEN_REUSE_SECONDS, AwsMskIamLogin
 from exporter.settings import AwsMskIamSettings, SaslSettings
-from tests.collect.aws_fakes import CONTAINER_AUTHORIZATION, FakeAws, fake_aws
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/kafka-txn-exporter"
 WEB_IDENTITY_TOKEN = "eyJhbGciOiJSUzI1NiJ9.irsa-projected-token.signature"

@@ -93,8 +93,9 @@ def aws_env(tmp_path: Path, secret: str | None = SECRET_KEY) -> dict[str, str]:
 
 
 def write_config(tmp_path: Path, sim: SimCluster, pki: Pki, **cluster: Any) -> Path:
+    """A config with the cluster on MSK IAM; every command logs at debug level."""
     config = tmp_path / "exporter.yaml"
-    config.write_text(yaml.safe_dump({"clusters": [{
+    config.write_text(yaml.safe_dump({"log": {"level": "debug", "format": "json"}, "clusters": [{
         "name": "msk",
         "bootstrap_servers": sim.bootstrap_servers.split(","),
         "request_timeout_seconds": 3,
@@ -119,7 +120,7 @@ def scan(tmp_path: Path, sim: SimCluster, pki: Pki,
 
 def assert_no_secret(*outputs: str) -> None:
     for text in outputs:
-        for secret in (SECRET_KEY, WRONG_SECRET, SESSION_TOKEN):
+        for secret in (SECRET_KEY, WRONG_SECRET, SESSION_TOKEN, ADMIN_SECRET):
             assert secret not in text
 
 
@@ -211,3 +212,162 @@ def test_serve_over_msk_iam_finds_the_hanging_transaction_with_one_token(
         ("t", "1", "hanging")]
     new_tokens = set(authority.tokens) - tokens_before
     assert len(new_tokens) == 1  # every connection of the cluster used the same token
+
+
+ADMIN_KEY = "ASIAMSKSIMADMIN0001"
+ADMIN_SECRET = "Kd2+admin/sim-secret-key-95ac3e71"
+ADMIN_PRINCIPAL = "arn:aws:sts::123456789012:assumed-role/kafka-txn-admin/sim"
+
+
+@pytest.fixture
+def msk_for_abort(pki: Pki) -> Iterator[tuple[SimCluster, MskIamAuthority]]:
+    """A cluster of its own (the abort changes it), knowing the exporter's and the admin's key."""
+    authority = MskIamAuthority(MskIamVerifier(REGION, {
+        ACCESS_KEY: MskIamKey(SECRET_KEY, SESSION_TOKEN, PRINCIPAL),
+        ADMIN_KEY: MskIamKey(ADMIN_SECRET, None, ADMIN_PRINCIPAL),
+    }))
+    tls = SimTls(cert_file=pki.crt("broker"), key_file=pki.key("broker"), ca_file=pki.crt("ca"))
+    with SimCluster(brokers=2, topics={"t": 2}, broker_config=BROKER_CONFIG, tls=tls,
+                    sasl_authority=authority) as sim:
+        yield sim, authority
+
+
+def run_abort_with_admin_profile(
+    sim: SimCluster, pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    admin_secret: str, start_offset: int,
+) -> tuple[int, str, str]:
+    """`abort --yes` in process; the admin's key from profile txn-admin of the shared
+    credentials file, the exporter's from the environment (never used by abort)."""
+    import io
+
+    from exporter.abort import run_abort
+
+    for name, value in aws_env(tmp_path).items():
+        if name.startswith("AWS_") or name == "HOME":
+            monkeypatch.setenv(name, value)
+    credentials = tmp_path / "credentials"
+    credentials.write_text(f"[txn-admin]\naws_access_key_id = {ADMIN_KEY}\n"
+                           f"aws_secret_access_key = {admin_secret}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    config = write_config(tmp_path, sim, pki)
+    data = yaml.safe_load(config.read_text())
+    data["admin"] = {"clusters": [{"name": "msk", "sasl": {
+        "mechanism": "AWS_MSK_IAM",
+        "aws_msk_iam": {"region": REGION, "profile": "txn-admin"}}}]}
+    config.write_text(yaml.safe_dump(data))
+    out, err = io.StringIO(), io.StringIO()
+    code = run_abort(
+        ["--config", str(config), "--cluster", "msk", "--topic", "t", "--partition", "1",
+         "--start-offset", str(start_offset), "--yes"],
+        clock_ms=sim.clock.now_ms, stdout=out, stderr=err, env={}, sleep=lambda _: None,
+    )
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_abort_logs_in_as_the_admin_role_and_writes_the_marker(
+    msk_for_abort: tuple[SimCluster, MskIamAuthority], pki: Pki, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from exporter.abort import EXIT_ABORTED
+
+    sim, authority = msk_for_abort
+    now = sim.clock.now_ms()
+    sim.call(seed_hanging_transaction, sim.state, "msk-hang-2", "t", 1,
+             last_timestamp_ms=now - 400_000)
+    log = sim.call(lambda: sim.state.partition("t", 1).log)
+    start = int(sim.call(lambda: log.last_stable_offset))
+    assert start < int(sim.call(lambda: log.high_watermark))  # pinned by the open transaction
+
+    code, out, err = run_abort_with_admin_profile(sim, pki, tmp_path, monkeypatch,
+                                                  ADMIN_SECRET, start)
+    assert code == EXIT_ABORTED, err
+    assert_no_secret(out, err)
+    assert int(sim.call(lambda: log.last_stable_offset)) > start  # the marker was written
+    assert set(authority.principals) == {ADMIN_PRINCIPAL}  # never the exporter's principal
+
+
+def test_abort_with_a_wrong_admin_key_exits_3_naming_the_cause(
+    msk_for_abort: tuple[SimCluster, MskIamAuthority], pki: Pki, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sim, authority = msk_for_abort
+    code, out, err = run_abort_with_admin_profile(sim, pki, tmp_path, monkeypatch,
+                                                  WRONG_SECRET, 0)
+    assert code == EXIT_AUTHENTICATION_FAILED, err
+    assert_no_secret(out, err)
+    lines = [line for line in err.splitlines() if not line.startswith("{")]
+    assert len(lines) == 1 and "cannot reach cluster 'msk': authentication failed: SASL " \
+        "AWS_MSK_IAM" in lines[0], err
+    assert authority.refusals and authority.refusals[-1] == "signature does not match"
+
+
+def test_the_spark_scan_task_logs_in_the_same_way(
+    msk: tuple[SimCluster, MskIamAuthority], pki: Pki, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What each `spark scan` task runs (scan_job.poll_and_analyze) on the settings Spark
+    ships to it (pickled), loaded from the same file by the same loader."""
+    import pickle
+
+    from exporter.config import load_settings
+    from exporter.spark.scan_job import poll_and_analyze
+
+    sim, authority = msk
+    for name, value in aws_env(tmp_path).items():
+        if name.startswith("AWS_") or name == "HOME":
+            monkeypatch.setenv(name, value)
+    settings = load_settings(str(write_config(tmp_path, sim, pki)), env={})
+    shipped = pickle.loads(pickle.dumps(settings.clusters[0]))
+    accepted = authority.accepted
+
+    result = poll_and_analyze(shipped)
+    assert result.error is None and result.snapshot is not None and result.snapshot.up
+    assert [lt.classification for lt in result.snapshot.late_transactions] == ["hanging"]
+    assert authority.accepted > accepted
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRONG_SECRET)
+    failed = poll_and_analyze(shipped)
+    assert failed.snapshot is None and failed.error is not None
+    assert failed.error.startswith("authentication failed: SASL AWS_MSK_IAM")
+    assert WRONG_SECRET not in failed.error
+
+
+WEB_IDENTITY_TOKEN = "eyJraWQiOiJzaW0ifQ.msk-irsa-web-identity-8d2f.c2lnbmF0dXJl"
+ROLE_ARN = "arn:aws:iam::123456789012:role/kafka-txn-exporter"
+
+
+def test_debug_logs_of_the_credential_chain_carry_no_token_or_key(pki: Pki, tmp_path: Path) -> None:
+    """`scan` at debug level through the longest chain: EKS IRSA (web identity token at STS),
+    then role_arn assumed with it; the simulator knows the key the fake STS issues last. No
+    web identity token, secret key, session token or MSK token in any output."""
+    from collect.aws_fakes import fake_aws
+
+    with fake_aws() as aws:
+        # The fake numbers its keys: 1 for the web identity exchange, 2 for the assumed role.
+        authority = MskIamAuthority(MskIamVerifier(REGION, {"ASIAROLE0002": MskIamKey(
+            "fake-secret-ASIAROLE-2", "fake-session-ASIAROLE-2", PRINCIPAL)}))
+        tls = SimTls(cert_file=pki.crt("broker"), key_file=pki.key("broker"),
+                     ca_file=pki.crt("ca"))
+        with SimCluster(brokers=1, topics={"t": 1}, broker_config=BROKER_CONFIG, tls=tls,
+                        sasl_authority=authority) as sim:
+            token_file = tmp_path / "eks-token"
+            token_file.write_text(WEB_IDENTITY_TOKEN)
+            config = write_config(tmp_path, sim, pki, sasl={
+                "mechanism": "AWS_MSK_IAM",
+                "aws_msk_iam": {"region": REGION, "role_arn": ROLE_ARN}})
+            env = aws_env(tmp_path, secret=None)
+            env.update(AWS_ROLE_ARN="arn:aws:iam::123456789012:role/irsa-base",
+                       AWS_WEB_IDENTITY_TOKEN_FILE=str(token_file),
+                       AWS_ENDPOINT_URL_STS=aws.url)
+            result = subprocess.run(
+                [sys.executable, "-m", "exporter", "scan", "--config", str(config),
+                 "--orphan-check-seconds", "0"],
+                env=env, capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert aws.actions() == ["AssumeRoleWithWebIdentity", "AssumeRole"]
+    assert len(authority.tokens) >= 1
+    output = result.stdout + result.stderr
+    assert '"level": "debug"' in output  # debug records were written
+    for secret in (WEB_IDENTITY_TOKEN, "fake-secret-ASIAIRSA-1", "fake-session-ASIAIRSA-1",
+                   "fake-secret-ASIAROLE-2", "fake-session-ASIAROLE-2", *authority.tokens):
+        assert secret not in output

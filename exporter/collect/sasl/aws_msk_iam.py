@@ -24,6 +24,7 @@ import base64
 import datetime
 import hashlib
 import hmac
+import logging
 import threading
 import time
 import urllib.parse
@@ -46,6 +47,8 @@ TOKEN_REUSE_SECONDS = 300.0
 CREDENTIALS_TIMEOUT_SECONDS = 30.0
 """Bound on obtaining credentials (metadata, container or STS endpoints) for one login."""
 USER_AGENT = f"kafka-txn-exporter/{__version__}"
+QUIET_LOGGERS = ("botocore", "urllib3")
+"""Libraries of the credential chain whose records are kept at WARNING and above."""
 _EMPTY_PAYLOAD_SHA256 = hashlib.sha256(b"").hexdigest()
 _UNRESERVED = "-_.~"  # RFC 3986 unreserved besides letters and digits: never percent-encoded
 
@@ -186,6 +189,11 @@ class BotocoreCredentials:
     def __init__(self, settings: AwsMskIamSettings) -> None:
         self._settings = settings
         self._credentials: Any = None  # botocore (Refreshable)Credentials, resolved once
+        # botocore's (and its HTTP stack's) debug records carry request bodies, signed headers
+        # and STS answers: a web identity token, keys, session tokens. They never reach our log
+        # even with log.level debug; their warnings still do.
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
     def __call__(self) -> AwsCredentials:
         try:
