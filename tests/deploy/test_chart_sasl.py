@@ -212,3 +212,116 @@ def test_wrong_sasl_values_are_rejected_by_the_schema(
 ) -> None:
     with pytest.raises(helm.HelmValuesError):
         chart.validate_schema(_cluster(sasl))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.slow
+def test_the_rendered_msk_config_runs_with_irsa_credentials(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the pod does: the config the chart renders for an MSK cluster (CA from a Secret),
+    credentials as EKS injects them for the service account's role annotation (IRSA: role ARN,
+    web identity token file, region), exchanged at STS (a loopback fake), and a login the
+    simulated MSK broker verifies. The exporter finds the hanging transaction."""
+    import dataclasses
+    import os
+    import threading
+
+    from collect.aws_fakes import fake_aws
+    from kafka_sim.cluster import SimCluster, SimTls
+    from kafka_sim.msk_iam import MskIamAuthority, MskIamKey, MskIamVerifier
+    from kafka_sim.seed import seed_hanging_transaction
+    from security.pki import make_pki
+    from test_e2e_serve import http_get, samples, wait_until
+
+    from exporter.app import serve
+    from exporter.expose.http import MetricsServer
+
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    authority = MskIamAuthority(MskIamVerifier("eu-west-1", {"ASIAIRSA0001": MskIamKey(
+        "fake-secret-ASIAIRSA-1", "fake-session-ASIAIRSA-1", "irsa")}))
+    tls = SimTls(cert_file=pki.crt("broker"), key_file=pki.key("broker"), ca_file=pki.crt("ca"))
+    with fake_aws() as aws, SimCluster(
+        brokers=2, topics={"t": 2}, tls=tls, sasl_authority=authority,
+        broker_config={"transaction.max.timeout.ms": "60000",
+                       "transaction.partition.verification.enable": "false"},
+    ) as sim:
+        sim.call(seed_hanging_transaction, sim.state, "msk-chart-hang", "t", 1,
+                 last_timestamp_ms=sim.clock.now_ms() - 400_000)
+        values = {
+            "config": {
+                "clusters": [{
+                    "name": "msk",
+                    "bootstrap_servers": sim.bootstrap_servers.split(","),
+                    "late_buffer_seconds": 10,
+                    "min_reported_duration_seconds": 0,
+                    "poll_interval_seconds": 1,
+                    "tls": {"enabled": True, "ca_secret": {"name": "msk-ca"}},
+                    "sasl": {"mechanism": "AWS_MSK_IAM", "aws_msk_iam": {"region": "eu-west-1"}},
+                }],
+                "web": {"listen_address": "127.0.0.1", "port": free_port()},
+            },
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": IRSA_ROLE}},
+        }
+        docs = objects(render(chart, values))
+        validate_all(docs)
+        role = one(docs, "ServiceAccount")["metadata"]["annotations"][
+            "eks.amazonaws.com/role-arn"]
+        token_file = tmp_path / "eks.amazonaws.com" / "serviceaccount" / "token"
+        token_file.parent.mkdir(parents=True)
+        token_file.write_text("eyJhbGciOiJSUzI1NiJ9.projected-service-account-token.sig")
+        for name in [n for n in os.environ if n.startswith("AWS_")]:
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("HOME", str(tmp_path))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        # What the EKS pod identity webhook injects for the annotated service account.
+        monkeypatch.setenv("AWS_ROLE_ARN", role)
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(token_file))
+        monkeypatch.setenv("AWS_REGION", "eu-west-1")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", aws.url)
+
+        settings = load_rendered_config(
+            docs, tmp_path / "pod", {"msk-ca": {"ca.crt": Path(pki.crt("ca")).read_text()}})
+        assert settings.clusters[0].sasl is not None
+        assert settings.clusters[0].sasl.aws_msk_iam is not None
+        assert settings.clusters[0].sasl.aws_msk_iam.region == "eu-west-1"
+        stop, ready = threading.Event(), threading.Event()
+        started: list[MetricsServer] = []
+
+        def on_started(server: MetricsServer) -> None:
+            started.append(server)
+            ready.set()
+
+        local = dataclasses.replace(settings, clusters=tuple(
+            dataclasses.replace(c, request_timeout_seconds=3.0) for c in settings.clusters))
+        thread = threading.Thread(target=serve, args=(local,),
+                                  kwargs={"stop": stop, "on_started": on_started}, daemon=True)
+        thread.start()
+        try:
+            assert ready.wait(30), "exporter did not start"
+            base = f"http://127.0.0.1:{started[0].port}"
+            wait_until(lambda: http_get(base + "/readyz")[0] == 200, 30, "/readyz 200")
+            metrics = samples(http_get(base + "/metrics")[1])
+        finally:
+            stop.set()
+            thread.join(timeout=15)
+    assert metrics[("kafka_txn_exporter_up", frozenset({("cluster", "msk")}))] == 1
+    late = [dict(labels) for (name, labels) in metrics
+            if name == "kafka_late_transaction_age_seconds"]
+    assert [(x["topic"], x["partition"], x["classification"]) for x in late] == [
+        ("t", "1", "hanging")]
+    forms = [form for _, _, form in aws.requests]
+    assert [(f["Action"], f["RoleArn"]) for f in forms] == [
+        ("AssumeRoleWithWebIdentity", IRSA_ROLE)]
+    assert set(authority.principals) == {"irsa"}
