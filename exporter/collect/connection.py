@@ -97,6 +97,10 @@ class UnsupportedApi(CollectError):
     kind = "UNSUPPORTED_VERSION"
 
 
+SESSION_RENEW_FRACTION = 0.85
+"""Share of a SASL session's lifetime after which its connection is replaced at the next poll's
+start (Kafka's Java client re-authenticates between 85% and 95%)."""
+
 _SASL_FAILURE_HINTS = {
     "AWS_MSK_IAM": " (AWS MSK IAM: check that the IAM policy allows kafka-cluster:Connect on "
     "this cluster, that the region is the cluster's, and this host's clock: a signature "
@@ -151,6 +155,11 @@ class BrokerConnection:
         """From the last ApiVersions answer (v3+); None when it carried none."""
         self.finalized_features_read_at = 0.0
         """`time.monotonic()` of that answer."""
+        self.session_renew_at: float | None = None
+        """`time.monotonic()` after which this connection is replaced before its next poll:
+        85% into the SASL session lifetime the broker announced (KIP-368), None when it
+        announced none. A broker closes a connection whose session expired on its next request
+        (MSK does so at the end of an IAM token's or credentials' validity)."""
 
     @property
     def is_open(self) -> bool:
@@ -289,6 +298,7 @@ class BrokerConnection:
             if rounds > 5:
                 raise AuthenticationFailed("SASL exchange did not finish")
             token = mechanism.auth_bytes()
+            sent_at = time.monotonic()
             response = await self._send(
                 SaslAuthenticateRequest(auth_bytes=token, version=version), version, timeout
             )
@@ -299,6 +309,10 @@ class BrokerConnection:
                     f"{error_name(response.error_code)} {response.error_message or ''}".rstrip()
                     + _SASL_FAILURE_HINTS.get(sasl.mechanism, "")
                 )
+            lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0  # v1+
+            self.session_renew_at = (
+                sent_at + SESSION_RENEW_FRACTION * lifetime_ms / 1000 if lifetime_ms > 0 else None
+            )
             try:
                 mechanism.receive(bytes(response.auth_bytes))
             except (ValueError, KeyError) as exc:
@@ -488,6 +502,17 @@ class ConnectionPool:
         """The open connection to (host, port), if any; never connects."""
         connection = self._connections.get((host, port))
         return connection if connection is not None and connection.is_open else None
+
+    async def retire_expiring_sessions(self) -> int:
+        """Close the connections whose SASL session is due for renewal (`session_renew_at`
+        passed), so that the next request logs in anew instead of meeting a broker that closes
+        the connection; called between polls, when nothing is in flight. Returns how many."""
+        now = time.monotonic()
+        due = [key for key, connection in self._connections.items()
+               if connection.session_renew_at is not None and now >= connection.session_renew_at]
+        for key in due:
+            await self.discard(*key)
+        return len(due)
 
     async def discard(self, host: str, port: int) -> None:
         connection = self._connections.pop((host, port), None)

@@ -72,8 +72,15 @@ class MskIamVerifier:
         self._keys = dict(keys)
         self._clock = clock
 
+    def now(self) -> float:
+        return self._clock()
+
     def verify(self, token: str) -> str:
         """The principal name the token proves, or raise TokenRefused naming why."""
+        return self.verify_until(token)[0]
+
+    def verify_until(self, token: str) -> tuple[str, float]:
+        """(principal, the token's end of validity as a `clock` time), or raise TokenRefused."""
         try:
             url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
@@ -131,7 +138,7 @@ class MskIamVerifier:
         expected = hmac.new(signing_key, string_to_sign.encode(), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected, params["X-Amz-Signature"]):
             raise TokenRefused("signature does not match")
-        return key.principal or access_key
+        return key.principal or access_key, signed_at + expires
 
 
 class MskIamAuthority:
@@ -139,8 +146,12 @@ class MskIamAuthority:
 
     mechanisms: tuple[str, ...] = (MECHANISM,)
 
-    def __init__(self, verifier: MskIamVerifier) -> None:
+    def __init__(self, verifier: MskIamVerifier, max_session_seconds: float | None = None) -> None:
         self.verifier = verifier
+        self.max_session_seconds = max_session_seconds
+        """A session ends with its token's validity, or earlier with this bound (tests)."""
+        self.sessions_expired = 0
+        """Connections closed because a request came after their session's end (KIP-368)."""
         self.refusals: list[str] = []
         """Why each refused token was refused, in order (what the broker would log)."""
         self.accepted = 0
@@ -161,6 +172,17 @@ class MskIamServer:
         self._error: str | None = None
         self.complete = False
         self.username: str | None = None
+        self.session_lifetime_ms = 0
+        """Announced in the successful SaslAuthenticate answer (KIP-368)."""
+        self._session_end = 0.0
+
+    def session_expired(self) -> bool:
+        """True once the session is over: the broker then closes the connection on the next
+        request, as Kafka does when connections.max.reauth.ms is set (MSK does for IAM)."""
+        if self._authority.verifier.now() < self._session_end:
+            return False
+        self._authority.sessions_expired += 1
+        return True
 
     def evaluate(self, token: bytes) -> bytes:
         if self._error is not None:
@@ -169,12 +191,18 @@ class MskIamServer:
             raise SaslAuthenticationFailed("Invalid OAUTHBEARER message after an error status")
         try:
             bearer = _bearer_token(token)
-            principal = self._authority.verifier.verify(bearer)
+            principal, valid_until = self._authority.verifier.verify_until(bearer)
         except TokenRefused as exc:
             self._authority.refusals.append(str(exc))
             log.info("MSK IAM token refused: %s", exc)
             self._error = INVALID_TOKEN
             return INVALID_TOKEN.encode()
+        now = self._authority.verifier.now()
+        session_end = valid_until
+        if self._authority.max_session_seconds is not None:
+            session_end = min(session_end, now + self._authority.max_session_seconds)
+        self._session_end = session_end
+        self.session_lifetime_ms = max(1, int((session_end - now) * 1000))
         self._authority.accepted += 1
         self._authority.tokens.append(bearer)
         self._authority.principals.append(principal)

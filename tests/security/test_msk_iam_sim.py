@@ -371,3 +371,54 @@ def test_debug_logs_of_the_credential_chain_carry_no_token_or_key(pki: Pki, tmp_
     for secret in (WEB_IDENTITY_TOKEN, "fake-secret-ASIAIRSA-1", "fake-session-ASIAIRSA-1",
                    "fake-secret-ASIAROLE-2", "fake-session-ASIAROLE-2", *authority.tokens):
         assert secret not in output
+
+
+@pytest.mark.slow
+def test_serve_renews_connections_before_the_brokers_session_ends(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """MSK ends a SASL session when its token (or credentials) expire and closes the connection
+    on the next request (KIP-368). The exporter replaces a connection 85% into the session the
+    broker announced, between polls: no request meets a closed session, no error, no `up 0`.
+    Sessions here last 12 s (a real one 15 minutes) so that renewals happen within the test."""
+    authority = MskIamAuthority(MskIamVerifier(
+        REGION, {ACCESS_KEY: MskIamKey(SECRET_KEY, SESSION_TOKEN, PRINCIPAL)}),
+        max_session_seconds=12)
+    tls = SimTls(cert_file=pki.crt("broker"), key_file=pki.key("broker"), ca_file=pki.crt("ca"))
+    with SimCluster(brokers=2, topics={"t": 2}, broker_config=BROKER_CONFIG, tls=tls,
+                    sasl_authority=authority) as sim:
+        config = write_config(tmp_path, sim, pki, poll_interval_seconds=1)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--config", str(config),
+             "--web.listen-address", "127.0.0.1", "--web.port", "0"],
+            env=aws_env(tmp_path), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )
+        try:
+            base = read_listen_url(proc)
+            wait_until(lambda: http_get(base + "/readyz")[0] == 200, 30, "/readyz 200")
+            # Two connections (one per broker), each renewed at least twice; a scrape after
+            # each login round sees the polls around it.
+            ups = []
+            for logins in (2, 4, 6):
+                wait_until(lambda n=logins: authority.accepted >= n, 120, f"{logins} logins")
+                ups.append(samples(http_get(base + "/metrics")[1]))
+            polls_before = polls(ups[-1])
+            wait_until(lambda: polls(samples(http_get(base + "/metrics")[1])) >= polls_before + 2,
+                       30, "two more polls")
+            ups.append(samples(http_get(base + "/metrics")[1]))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert authority.sessions_expired == 0  # no request ever met an ended session
+    assert set(authority.principals) == {PRINCIPAL}
+    for s in ups:
+        assert s[("kafka_txn_exporter_up", frozenset({("cluster", "msk")}))] == 1
+        errors = {labels: value for (name, labels), value in s.items()
+                  if name == "kafka_txn_exporter_request_errors_total" and value > 0}
+        assert errors == {}
+
+
+def polls(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
+    """Polls done so far: the poll duration histogram's count."""
+    return sum(value for (name, labels), value in metrics.items()
+               if name == "kafka_txn_exporter_poll_duration_seconds_count")
