@@ -155,6 +155,8 @@ class BrokerConnection:
         """From the last ApiVersions answer (v3+); None when it carried none."""
         self.finalized_features_read_at = 0.0
         """`time.monotonic()` of that answer."""
+        self.session_lifetime_ms = 0
+        """The SASL session lifetime the broker announced (KIP-368); 0: none."""
         self.session_renew_at: float | None = None
         """`time.monotonic()` after which this connection is replaced before its next poll:
         85% into the SASL session lifetime the broker announced (KIP-368), None when it
@@ -310,6 +312,7 @@ class BrokerConnection:
                     + _SASL_FAILURE_HINTS.get(sasl.mechanism, "")
                 )
             lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0  # v1+
+            self.session_lifetime_ms = lifetime_ms
             self.session_renew_at = (
                 sent_at + SESSION_RENEW_FRACTION * lifetime_ms / 1000 if lifetime_ms > 0 else None
             )
