@@ -19,7 +19,9 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import pytest
 
 from exporter import __version__
+from exporter.collect.connection import AuthenticationFailed
 from exporter.collect.sasl.aws_msk_iam import (
+    TOKEN_LAST_RESORT_SECONDS,
     TOKEN_REUSE_SECONDS,
     AwsCredentials,
     AwsMskIamLogin,
@@ -244,3 +246,25 @@ def test_mechanism_options_feed_kafka_python_oauthbearer() -> None:
     first_message = mechanism.auth_bytes()
     assert first_message == f"n,,\x01auth=Bearer {cluster.token()}\x01\x01".encode()
     assert SECRET not in repr(options)
+
+
+def test_while_credentials_are_unavailable_the_last_token_serves_until_it_runs_short() -> None:
+    clock = Clock(SIGNED_AT.timestamp())
+    source = CountingCredentials()
+    cluster = login(clock, source)
+    first = cluster.token()
+
+    def unavailable() -> AwsCredentials:
+        source.calls += 1
+        raise AuthenticationFailed("AWS_MSK_IAM: could not reach http://sts.example/")
+
+    cluster._source = unavailable
+    clock.now += TOKEN_REUSE_SECONDS  # due for a new token, none can be signed
+    assert cluster.token() == first
+    clock.now = SIGNED_AT.timestamp() + TOKEN_LAST_RESORT_SECONDS - 1
+    assert cluster.token() == first
+    assert source.calls == 3  # asked again each time
+    clock.now += 1  # 3 minutes of its 15 left: no longer handed out
+    with pytest.raises(AuthenticationFailed, match="could not reach"):
+        cluster.token()
+    assert int(decoded_query(first)["X-Amz-Expires"]) - TOKEN_LAST_RESORT_SECONDS == 180

@@ -44,6 +44,10 @@ TOKEN_EXPIRES_SECONDS = 900
 """X-Amz-Expires of every token: 15 minutes, as AWS's signer libraries use."""
 TOKEN_REUSE_SECONDS = 300.0
 """A token is handed to new connections for at most this long, then a new one is signed."""
+TOKEN_LAST_RESORT_SECONDS = 720.0
+"""When no new token can be signed (credentials unavailable: STS or the metadata endpoint
+down), the last one is still handed out until it is this old: 3 of its 15 minutes are left for
+the session it opens."""
 CREDENTIALS_TIMEOUT_SECONDS = 30.0
 """Bound on obtaining credentials (metadata, container or STS endpoints) for one login."""
 USER_AGENT = f"kafka-txn-exporter/{__version__}"
@@ -156,9 +160,15 @@ class AwsMskIamLogin:
         """The current token, signed anew once the last one is `TOKEN_REUSE_SECONDS` old."""
         with self._lock:
             now = self._clock()
-            if self._token is not None and 0 <= now - self._signed_at < TOKEN_REUSE_SECONDS:
+            age = now - self._signed_at
+            if self._token is not None and 0 <= age < TOKEN_REUSE_SECONDS:
                 return self._token
-            credentials = self._source()
+            try:
+                credentials = self._source()
+            except AuthenticationFailed:
+                if self._token is not None and 0 <= age < TOKEN_LAST_RESORT_SECONDS:
+                    return self._token  # still valid; asked again for the next connection
+                raise
             signed_at = datetime.datetime.fromtimestamp(now, datetime.UTC)
             self._token = connect_token(
                 presign_connect_url(credentials, self._settings.region, signed_at)
