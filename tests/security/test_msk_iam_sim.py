@@ -422,3 +422,36 @@ def polls(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float
     """Polls done so far: the poll duration histogram's count."""
     return sum(value for (name, labels), value in metrics.items()
                if name == "kafka_txn_exporter_poll_duration_seconds_count")
+
+
+def test_serve_without_aws_credentials_is_up_0_with_the_reason_counted(
+    msk: tuple[SimCluster, MskIamAuthority], pki: Pki, tmp_path: Path
+) -> None:
+    sim, _ = msk
+    config = write_config(tmp_path, sim, pki, poll_interval_seconds=1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--config", str(config),
+         "--web.listen-address", "127.0.0.1", "--web.port", "0"],
+        env=aws_env(tmp_path, secret=None), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def auth_errors() -> float:
+        s = samples(http_get(base + "/metrics")[1])
+        return sum(value for (name, labels), value in s.items()
+                   if name == "kafka_txn_exporter_request_errors_total"
+                   and ("error", "AUTHENTICATION_FAILED") in labels)
+
+    try:
+        base = read_listen_url(proc)
+        wait_until(lambda: auth_errors() >= 2, 30, "two polls refused")
+        s = samples(http_get(base + "/metrics")[1])
+        ready = http_get(base + "/readyz")[0]
+        assert proc.poll() is None  # the daemon keeps polling
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert s[("kafka_txn_exporter_up", frozenset({("cluster", "msk")}))] == 0
+    assert ready == 503
+    assert "no AWS credentials found" in err
+    assert "Traceback" not in err + out
