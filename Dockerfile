@@ -32,9 +32,10 @@ COPY exporter ./exporter
 ARG REVISION=unknown
 RUN python -c 'import sys; open("exporter/_revision.py", "w").write(f"REVISION = {sys.argv[1]!r}\n")' "$REVISION"
 
-# Optional extras of the distribution, e.g. EXTRAS=history (pyarrow, for the Helm chart's
-# config.history); none by default.
-ARG EXTRAS=""
+# Optional extras of the distribution, comma-separated: aws (botocore, for SASL mechanism
+# AWS_MSK_IAM) by default; e.g. EXTRAS=aws,history (pyarrow, for the Helm chart's
+# config.history).
+ARG EXTRAS="aws"
 
 # `pip install .` pre-compiles the installed modules to .pyc, so the runtime
 # never needs to write bytecode (read-only root filesystem).

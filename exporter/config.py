@@ -35,6 +35,7 @@ from exporter.errors import ConfigError as ConfigError  # re-exported: the confi
 from exporter.errors import describe
 from exporter.metrics import RESERVED_LABELS
 from exporter.settings import (
+    AwsMskIamSettings,
     ClusterSettings,
     ExporterSettings,
     HistorySettings,
@@ -48,7 +49,7 @@ CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IAM")
 
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -408,11 +409,40 @@ _TLS_FIELDS: dict[str, Parser] = {
     "key_password_file": _secret_file_name,
     "check_hostname": _bool,
 }
+_AWS_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
+_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_ROLE_SESSION_NAME_RE = re.compile(r"^[\w+=,.@-]{2,64}$")
+
+
+def _pattern(regex: re.Pattern[str], expected: str) -> Parser:
+    def parse(value: Any, path: str) -> str:
+        text = _str(value, path).strip()
+        if not regex.match(text):
+            raise ConfigError(f"{path}: expected {expected}, got {_clip(text)}")
+        return text
+
+    return parse
+
+
+_AWS_MSK_IAM_FIELDS: dict[str, Parser] = {
+    "region": _pattern(_AWS_REGION_RE, "an AWS region like eu-west-1"),
+    "profile": _str,
+    "role_arn": _pattern(_ROLE_ARN_RE, "an IAM role ARN like arn:aws:iam::123456789012:role/NAME"),
+    "role_session_name": _pattern(
+        _ROLE_SESSION_NAME_RE, "2 to 64 letters, digits or +=,.@_-"
+    ),
+}
+_SASL_SECTIONS: dict[str, dict[str, Parser]] = {"aws_msk_iam": _AWS_MSK_IAM_FIELDS}
+"""A mechanism's own nested section under `sasl`; its keys are also single-cluster environment
+variables (`KTE_CLUSTER_SASL_AWS_MSK_IAM_REGION`)."""
 _SASL_FIELDS: dict[str, Parser] = {
     "mechanism": _choice(SASL_MECHANISMS, upper=True),
     "username": _str,
     "password_file": _secret_file_name,
     "password_env": _env_var_name,
+    "aws_msk_iam": lambda value, path: _parse_section(
+        {} if value is None else value, _AWS_MSK_IAM_FIELDS, path
+    ),
 }
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "describe_producers_batch_size": (1, 100_000),
@@ -472,6 +502,10 @@ def cluster_env_vars() -> dict[str, tuple[str, ...]]:
         names[_env_name("cluster", key)] = (key,)
     for section, fields in _NESTED_CLUSTER_FIELDS.items():
         for key in fields:
+            if section == "sasl" and key in _SASL_SECTIONS:
+                for sub_key in _SASL_SECTIONS[key]:
+                    names[_env_name("cluster", section, key, sub_key)] = (section, key, sub_key)
+                continue
             names[_env_name("cluster", section, key)] = (section, key)
     return names
 
@@ -556,6 +590,9 @@ def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslS
 
 def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
     """PLAIN and SCRAM: a user name and a password from a file or an environment variable."""
+    for section in _SASL_SECTIONS:
+        if section in raw:
+            raise ConfigError(f"{path}.{section}: not used with mechanism {raw['mechanism']}")
     if "username" not in raw:
         raise ConfigError(f"{path}.username: required when sasl is configured")
     password_file = raw.get("password_file")
@@ -577,11 +614,52 @@ def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str])
     return SaslSettings(mechanism=raw["mechanism"], username=raw["username"], password=password)
 
 
+def _build_aws_msk_iam_sasl(
+    raw: dict[str, Any], path: str, env: Mapping[str, str]
+) -> SaslSettings:
+    """AWS MSK IAM: no secret in the config at all; the AWS credential chain provides them.
+    The region falls back to AWS_REGION / AWS_DEFAULT_REGION (set by EKS for IRSA)."""
+    for key in ("username", "password_file", "password_env"):
+        if key in raw:
+            raise ConfigError(f"{path}.{key}: not used with AWS_MSK_IAM (the credentials come "
+                              "from the AWS credential chain)")
+    section = dict(raw.get("aws_msk_iam") or {})
+    if "region" not in section:
+        for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+            if env.get(name):
+                section["region"] = _AWS_MSK_IAM_FIELDS["region"](env[name], name)
+                break
+        else:
+            raise ConfigError(f"{path}.aws_msk_iam.region: required with AWS_MSK_IAM (or set "
+                              "AWS_REGION)")
+    if "role_session_name" in section and "role_arn" not in section:
+        raise ConfigError(f"{path}.aws_msk_iam.role_session_name: needs role_arn")
+    import importlib.util
+
+    if importlib.util.find_spec("botocore") is None:
+        raise ConfigError(f"{path}.mechanism: AWS_MSK_IAM needs the optional 'aws' extra "
+                          "(pip install 'kafka-txn-exporter[aws]'; the container image has it)")
+    return SaslSettings(mechanism=raw["mechanism"], aws_msk_iam=AwsMskIamSettings(**section))
+
+
 _SASL_BUILDERS: dict[str, Callable[[dict[str, Any], str, Mapping[str, str]], SaslSettings]] = {
     "PLAIN": _build_password_sasl,
     "SCRAM-SHA-256": _build_password_sasl,
     "SCRAM-SHA-512": _build_password_sasl,
+    "AWS_MSK_IAM": _build_aws_msk_iam_sasl,
 }
+
+SASL_MECHANISMS_NEEDING_TLS = ("AWS_MSK_IAM",)
+"""MSK's IAM listeners are TLS only, and a signed token is a credential for its lifetime: it
+never crosses the network in clear text."""
+
+
+def require_tls_for_sasl(sasl: SaslSettings | None, tls: Any, path: str) -> None:
+    """ConfigError naming `path.tls` when the mechanism needs TLS and `tls` is None."""
+    if sasl is not None and sasl.mechanism in SASL_MECHANISMS_NEEDING_TLS and tls is None:
+        raise ConfigError(f"{path}.tls: required with sasl.mechanism {sasl.mechanism} (its "
+                          "token must not cross the network in clear text; `tls: {}` "
+                          "verifies the brokers against the system CAs)")
 """One builder per mechanism of SASL_MECHANISMS; each checks the fields its mechanism needs."""
 
 
@@ -608,6 +686,7 @@ def _build_cluster(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> Cl
         values["tls"] = _build_tls(raw["tls"], f"{path}.tls")
     if "sasl" in raw:
         values["sasl"] = _build_sasl(raw["sasl"], f"{path}.sasl", env)
+        require_tls_for_sasl(values["sasl"], values.get("tls"), path)
     return ClusterSettings(**values)
 
 
@@ -704,6 +783,11 @@ def load_settings(
             keys = cluster_vars[name]
             if len(keys) == 1:
                 target[keys[0]] = _CLUSTER_FIELDS[keys[0]](value, name)
+            elif len(keys) == 3:
+                section, sub_section, key = keys
+                target.setdefault(section, {}).setdefault(sub_section, {})[key] = (
+                    _SASL_SECTIONS[sub_section][key](value, name)
+                )
             else:
                 section, key = keys
                 target.setdefault(section, {})[key] = _NESTED_CLUSTER_FIELDS[section][key](

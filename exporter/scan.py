@@ -63,7 +63,8 @@ EXIT_TIMEOUT = 6
 """Connected (or connecting) but no answer in time."""
 EXIT_STATUS_HELP = (
     "Exit status: 0 nothing hanging, 1 a hanging or orphaned transaction was found, "
-    "2 bad configuration (or another error), 3 authentication failed (SASL), 4 TLS failed "
+    "2 bad configuration (or another error), 3 authentication failed (SASL; for "
+    "AWS_MSK_IAM also AWS credentials not found or refused), 4 TLS failed "
     "(certificate not trusted, wrong hostname, listener and tls setting disagree), "
     "5 cluster unreachable, 6 timed out; with "
     "several clusters failing, the lowest of their codes."

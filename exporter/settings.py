@@ -17,6 +17,17 @@ class TlsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AwsMskIamSettings:
+    """AWS MSK IAM: credentials from the standard AWS chain (or `profile`), optionally a role
+    assumed with them, signing a `kafka-cluster:Connect` token for `region`."""
+
+    region: str
+    profile: str | None = None
+    role_arn: str | None = None
+    role_session_name: str = "kafka-txn-exporter"
+
+
+@dataclass(frozen=True, slots=True)
 class SaslSettings:
     """`mechanism` picks which of the other fields apply: `username` and `password` for PLAIN
     and SCRAM; each other mechanism has a record of its own below."""
@@ -24,6 +35,7 @@ class SaslSettings:
     mechanism: str
     username: str = ""
     password: str = field(default="", repr=False)
+    aws_msk_iam: AwsMskIamSettings | None = None
 
 
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024

@@ -1,5 +1,6 @@
 """The `abort` command: arguments, the detect -> decide -> (dry run | write -> verify)
-sequence, and exit status (0 aborted or dry run ok, 1 refused, 2 error)."""
+sequence, and exit status (0 aborted or dry run ok, 1 refused, 2 error; no broker reached: 3
+authentication, 4 TLS, 5 unreachable, 6 timeout, as `scan`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from exporter.collect.poll import ClusterPoller, wall_clock_ms
 from exporter.config import ConfigError
 from exporter.logs import configure_logging
 from exporter.model import ProducerEntry, TopicPartition
-from exporter.scan import add_orphan_check_argument, poll_with_orphan_check
+from exporter.scan import add_orphan_check_argument, cluster_failure, poll_with_orphan_check
 from exporter.settings import ClusterSettings
 
 PROG = "kafka-txn-exporter abort"
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
             "coordinator on two consecutive polls, checked as scan does). Without --yes "
             "it only prints what it would write. Credentials: the config file's "
             "admin.clusters[] entry for --cluster (the exporter's own principal stays "
-            "read-only). Exit status: 0 aborted (or dry run ok), 1 refused, 2 error."
+            "read-only). Exit status: 0 aborted (or dry run ok), 1 refused, 2 error; no broker "
+            "reached: 3 authentication failed, 4 TLS failed, 5 unreachable, 6 timed out."
         ),
     )
     parser.add_argument("--config", "-c", metavar="FILE",
@@ -146,11 +148,15 @@ def _abort(
     )
     try:
         obs, snapshot = poll_with_orphan_check(poller, settings, orphan_check_seconds, sleep)
+        metadata_error = poller.metadata_error
     finally:
         poller.close()
     if not obs.brokers:
-        errors = ", ".join(sorted({e.error for e in obs.request_errors})) or "no brokers"
-        raise AbortFailed(f"cannot reach cluster {settings.name!r}: {errors}")
+        # The cause and exit status `scan` gives (3 authentication, 4 TLS, 5 unreachable,
+        # 6 timeout): a login that fails is told apart from a cluster that is down.
+        failure = cluster_failure(metadata_error)
+        err.write(f"{PROG}: error: cannot reach cluster {settings.name!r}: {failure}\n")
+        return failure.exit_code
 
     session = AdminSession(settings)
     try:

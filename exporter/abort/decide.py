@@ -250,6 +250,14 @@ def marker_error_message(code: int, admin: AdminSettings, tp: TopicPartition) ->
     """A WriteTxnMarkers per-partition error, with what to do about the common ones."""
     name = error_name(code)
     if code == CLUSTER_AUTHORIZATION_FAILED:
+        if admin.sasl is not None and admin.sasl.mechanism == "AWS_MSK_IAM":
+            return (
+                f"permission denied: the broker answered {name} ({code}). On AWS MSK with IAM "
+                "access control, writing a transaction marker needs kafka-cluster:AlterCluster "
+                "(and kafka-cluster:DescribeCluster) on the cluster for the admin role of "
+                f"cluster {admin.cluster!r}, and a cluster on Kafka 3.8 or later. "
+                "Nothing was written."
+            )
         who = f"User:{admin.sasl.username}" if admin.sasl is not None else None
         return (
             f"permission denied: the broker answered {name} ({code}). Writing a transaction "

@@ -10,7 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.config import ConfigError, load_settings, parse_client_entry, read_config_file
+from exporter.config import (
+    ConfigError,
+    load_settings,
+    parse_client_entry,
+    read_config_file,
+    require_tls_for_sasl,
+)
 from exporter.settings import ClusterSettings, ExporterSettings, SaslSettings, TlsSettings
 
 ADMIN_SECTION = "admin"
@@ -55,6 +61,8 @@ def parse_admin(
             )
         if client.name in result:
             raise ConfigError(f"{path}.name: duplicate admin entry for {client.name!r}")
+        cluster_tls = next(c.tls for c in clusters if c.name == client.name)
+        require_tls_for_sasl(client.sasl, client.tls or cluster_tls, path)
         result[client.name] = AdminSettings(
             cluster=client.name, client_id=client.client_id, tls=client.tls, sasl=client.sasl
         )

@@ -98,6 +98,18 @@ class UnsupportedApi(CollectError):
     kind = "UNSUPPORTED_VERSION"
 
 
+SESSION_RENEW_FRACTION = 0.85
+"""Share of a SASL session's lifetime after which its connection is replaced at the next poll's
+start (Kafka's Java client re-authenticates between 85% and 95%)."""
+
+_SASL_FAILURE_HINTS = {
+    "AWS_MSK_IAM": " (AWS MSK IAM: check that the IAM policy allows kafka-cluster:Connect on "
+    "this cluster, that the region is the cluster's, and this host's clock: a signature "
+    "more than 5 minutes off is refused)",
+}
+"""What to check when the broker refuses a mechanism whose broker-side reasons are not sent."""
+
+
 def build_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     """A client TLS context that verifies the broker (against `ca_file` or the system store)."""
     if tls.ca_file is not None:
@@ -118,7 +130,8 @@ class ConnectionOptions:
     sasl: SaslSettings | None = None
     login: SaslLogin | None = None
     """The cluster's login for `sasl` (`exporter.collect.sasl.logins.make_login`), shared by
-    every connection; made per connection when not given."""
+    every connection; required with `sasl`. (Made by the caller, not here: a login module
+    raises this module's errors, so this module never imports the logins.)"""
     connect_timeout_seconds: float = 10.0
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     """Frames above this fail the connection as soon as their 4-byte length is read."""
@@ -143,6 +156,13 @@ class BrokerConnection:
         """From the last ApiVersions answer (v3+); None when it carried none."""
         self.finalized_features_read_at = 0.0
         """`time.monotonic()` of that answer."""
+        self.session_lifetime_ms = 0
+        """The SASL session lifetime the broker announced (KIP-368); 0: none."""
+        self.session_renew_at: float | None = None
+        """`time.monotonic()` after which this connection is replaced before its next poll:
+        85% into the SASL session lifetime the broker announced (KIP-368), None when it
+        announced none. A broker closes a connection whose session expired on its next request
+        (MSK does so at the end of an IAM token's or credentials' validity)."""
 
     @property
     def is_open(self) -> bool:
@@ -240,18 +260,26 @@ class BrokerConnection:
         return self.finalized_features
 
     async def _authenticate(self, sasl: SaslSettings, timeout: float) -> None:
-        """SaslHandshake v1 then SaslAuthenticate rounds driven by kafka-python's mechanism."""
+        """SaslHandshake v1 then SaslAuthenticate rounds driven by kafka-python's mechanism.
+
+        The login names the mechanism spoken on the wire, which may differ from the configured
+        one (AWS_MSK_IAM is spoken as OAUTHBEARER); messages name the configured one."""
+        login = self._options.login
+        if login is None:
+            raise AuthenticationFailed(f"SASL {sasl.mechanism}: no login for this connection")
+        wire_mechanism = login.mechanism
         handshake_version = self.version_for(SaslHandshakeRequest)
         handshake = await self._send(
-            SaslHandshakeRequest(mechanism=sasl.mechanism, version=handshake_version),
+            SaslHandshakeRequest(mechanism=wire_mechanism, version=handshake_version),
             handshake_version,
             timeout,
         )
         if handshake.error_code != 0:
             enabled = list(handshake.mechanisms)
             hint = "" if enabled else ": this listener takes no SASL (PLAINTEXT or SSL)"
+            spoken = "" if wire_mechanism == sasl.mechanism else f" (as {wire_mechanism})"
             raise AuthenticationFailed(
-                f"SASL mechanism {sasl.mechanism} refused by {self.host}:{self.port}: "
+                f"SASL mechanism {sasl.mechanism}{spoken} refused by {self.host}:{self.port}: "
                 f"{error_name(handshake.error_code)} (enabled: {enabled}){hint}"
             )
         security_protocol = "SASL_SSL" if self._options.ssl_context else "SASL_PLAINTEXT"
@@ -259,17 +287,12 @@ class BrokerConnection:
         # SASL needs (its mechanisms), and `scan` of a cluster without SASL should not load.
         from kafka.net.sasl import get_sasl_mechanism
 
-        login = self._options.login
-        if login is None:
-            from exporter.collect.sasl.logins import make_login
-
-            login = make_login(sasl)
         options = await login.mechanism_options()
         try:
-            mechanism = get_sasl_mechanism(sasl.mechanism)(
+            mechanism = get_sasl_mechanism(wire_mechanism)(
                 host=self.host,
                 security_protocol=security_protocol,
-                sasl_mechanism=sasl.mechanism,
+                sasl_mechanism=wire_mechanism,
                 **options,
             )
         except (KeyError, kafka_errors.KafkaError) as exc:
@@ -281,6 +304,7 @@ class BrokerConnection:
             if rounds > 5:
                 raise AuthenticationFailed("SASL exchange did not finish")
             token = mechanism.auth_bytes()
+            sent_at = time.monotonic()
             response = await self._send(
                 SaslAuthenticateRequest(auth_bytes=token, version=version), version, timeout
             )
@@ -289,7 +313,13 @@ class BrokerConnection:
                 raise AuthenticationFailed(
                     f"SASL {sasl.mechanism} with {self.host}:{self.port}: "
                     f"{error_name(response.error_code)} {response.error_message or ''}".rstrip()
+                    + _SASL_FAILURE_HINTS.get(sasl.mechanism, "")
                 )
+            lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0  # v1+
+            self.session_lifetime_ms = lifetime_ms
+            self.session_renew_at = (
+                sent_at + SESSION_RENEW_FRACTION * lifetime_ms / 1000 if lifetime_ms > 0 else None
+            )
             try:
                 mechanism.receive(bytes(response.auth_bytes))
             except (ValueError, KeyError) as exc:
@@ -495,6 +525,17 @@ class ConnectionPool:
         """The open connection to (host, port), if any; never connects."""
         connection = self._connections.get((host, port))
         return connection if connection is not None and connection.is_open else None
+
+    async def retire_expiring_sessions(self) -> int:
+        """Close the connections whose SASL session is due for renewal (`session_renew_at`
+        passed), so that the next request logs in anew instead of meeting a broker that closes
+        the connection; called between polls, when nothing is in flight. Returns how many."""
+        now = time.monotonic()
+        due = [key for key, connection in self._connections.items()
+               if connection.session_renew_at is not None and now >= connection.session_renew_at]
+        for key in due:
+            await self.discard(*key)
+        return len(due)
 
     async def discard(self, host: str, port: int) -> None:
         connection = self._connections.pop((host, port), None)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from kafka_sim.api import Dispatcher
 from kafka_sim.faults import FaultKind, NetworkFaults
 from kafka_sim.router import BrokerRouter
-from kafka_sim.sasl import SUPPORTED_MECHANISMS, SaslUsers
+from kafka_sim.sasl import SUPPORTED_MECHANISMS, SaslAuthority, SaslUsers
 from kafka_sim.server import BrokerListener, ClientAuth, ListenerSecurity, server_ssl_context
 from kafka_sim.state import ClusterState
 from kafka_sim.versions import PROFILES, VersionProfile
@@ -62,9 +62,11 @@ class SimCluster:
         *,
         dispatcher: Dispatcher | None = None,
         profiles: Mapping[int, str] | None = None,
+        sasl_authority: SaslAuthority | None = None,
     ) -> None:
         """`dispatcher` replaces the ClusterState (network-layer tests only). `profiles` gives
-        single brokers another release than `profile` (a rolling upgrade in progress)."""
+        single brokers another release than `profile` (a rolling upgrade in progress).
+        `sasl_authority` replaces `sasl_users` (e.g. `kafka_sim.msk_iam.MskIamAuthority`)."""
         self._node_ids = list(node_ids) if node_ids is not None else list(range(1, brokers + 1))
         if not self._node_ids or len(set(self._node_ids)) != len(self._node_ids):
             raise ValueError(f"node ids must be distinct and non-empty: {self._node_ids}")
@@ -85,6 +87,7 @@ class SimCluster:
         self._tls = tls
         self._sasl_users = dict(sasl_users) if sasl_users is not None else None
         self._sasl_mechanisms = tuple(sasl_mechanisms)
+        self._sasl_authority = sasl_authority
         self._host = host
         self._custom_dispatcher = dispatcher
 
@@ -161,8 +164,8 @@ class SimCluster:
             ssl_context = server_ssl_context(
                 self._tls.cert_file, self._tls.key_file, self._tls.ca_file, self._tls.client_auth
             )
-        sasl = None
-        if self._sasl_users is not None:
+        sasl: SaslAuthority | None = self._sasl_authority
+        if sasl is None and self._sasl_users is not None:
             sasl = SaslUsers(self._sasl_users, self._sasl_mechanisms)
         return ListenerSecurity(ssl_context=ssl_context, sasl=sasl)
 
@@ -260,7 +263,7 @@ class SimCluster:
     @property
     def security_protocol(self) -> str:
         """What a client must set as security_protocol for these listeners."""
-        if self._sasl_users is not None:
+        if self._sasl_users is not None or self._sasl_authority is not None:
             return "SASL_SSL" if self._tls is not None else "SASL_PLAINTEXT"
         return "SSL" if self._tls is not None else "PLAINTEXT"
 

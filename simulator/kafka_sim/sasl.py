@@ -81,6 +81,16 @@ class SaslUsers:
         return ScramServer(self, mechanism)
 
 
+class SaslAuthority(Protocol):
+    """What a listener asks about SASL: the mechanisms it enables, and a server per connection
+    (`SaslUsers` for PLAIN/SCRAM; `kafka_sim.msk_iam.MskIamAuthority` for MSK IAM)."""
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]: ...
+
+    def new_server(self, mechanism: str) -> SaslServer: ...
+
+
 class SaslServer(Protocol):
     complete: bool
     username: str | None

@@ -26,7 +26,7 @@ import re
 import socket
 import ssl
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,7 +53,7 @@ from kafka_sim.errors import (
     UNSUPPORTED_VERSION,
 )
 from kafka_sim.faults import NetworkFaults
-from kafka_sim.sasl import SaslAuthenticationFailed, SaslServer, SaslUsers
+from kafka_sim.sasl import SaslAuthenticationFailed, SaslAuthority, SaslServer
 from kafka_sim.versions import VersionProfile
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class ListenerSecurity:
     """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, from which parts are set."""
 
     ssl_context: ssl.SSLContext | None = None
-    sasl: SaslUsers | None = None
+    sasl: SaslAuthority | None = None
     failed_authentication_delay_ms: int = FAILED_AUTHENTICATION_DELAY_MS
 
     @property
@@ -179,6 +179,8 @@ class _Connection:
     task: asyncio.Task[None] | None = None
     sasl_server: SaslServer | None = None
     sasl_mechanism: str = ""
+    session_expired: Callable[[], bool] | None = None
+    """Set by a SASL server that ends sessions (KIP-368); True once this one is over."""
     peer: str = field(default="")
 
 
@@ -305,6 +307,13 @@ class BrokerListener:
             log.warning("broker %d: short request header from %s", self.broker_id, conn.peer)
             return False
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", payload)
+
+        if (conn.sasl_state is _SaslState.COMPLETE and conn.session_expired is not None
+                and api_key != SASL_HANDSHAKE and conn.session_expired()):
+            # KIP-368: a request other than SaslHandshake (re-authentication) after the SASL
+            # session's end closes the connection, unanswered.
+            log.info("broker %d: SASL session of %s expired; closing", self.broker_id, conn.peer)
+            return False
 
         if api_key == API_VERSIONS:
             return await self._on_api_versions(conn, api_version, correlation_id, payload)
@@ -563,6 +572,7 @@ class BrokerListener:
                 ),
             )
             return False
+        lifetime_ms = int(getattr(conn.sasl_server, "session_lifetime_ms", 0))
         self._maybe_complete_sasl(conn)
         return await self._send(
             conn,
@@ -570,7 +580,8 @@ class BrokerListener:
             api_version,
             correlation_id,
             SaslAuthenticateResponse(
-                error_code=NONE, error_message=None, auth_bytes=challenge, session_lifetime_ms=0
+                error_code=NONE, error_message=None, auth_bytes=challenge,
+                session_lifetime_ms=lifetime_ms,
             ),
         )
 
@@ -603,6 +614,7 @@ class BrokerListener:
     def _maybe_complete_sasl(self, conn: _Connection) -> None:
         server = conn.sasl_server
         if server is not None and server.complete:
+            conn.session_expired = getattr(server, "session_expired", None)
             conn.principal = f"User:{server.username}"
             conn.sasl_state = _SaslState.COMPLETE
             conn.sasl_server = None

@@ -40,6 +40,7 @@ from exporter.collect.connection import (
     error_name,
     parse_bootstrap,
 )
+from exporter.collect.sasl.logins import make_login
 from exporter.settings import SaslSettings, TlsSettings
 
 T = TypeVar("T")
@@ -88,6 +89,8 @@ def address(sim: SimCluster) -> tuple[str, int]:
 
 def options(**kwargs: Any) -> ConnectionOptions:
     kwargs.setdefault("connect_timeout_seconds", 5.0)
+    if kwargs.get("sasl") is not None:
+        kwargs.setdefault("login", make_login(kwargs["sasl"]))
     return ConnectionOptions(client_id="test", **kwargs)
 
 

@@ -201,10 +201,12 @@ def readme_grants() -> tuple[Grant, ...]:
 README_GRANTS = readme_grants()
 
 
-def start_secure_kafka(version: str, workdir: Path) -> SecureKafka:
+def start_secure_kafka(version: str, workdir: Path,
+                       extra_config: Mapping[str, str] | None = None) -> SecureKafka:
+    """`extra_config`: more server.properties (e.g. connections.max.reauth.ms)."""
     pki = make_broker_pki(workdir / "pki")
     cluster = start_cluster(
-        version, workdir / "kafka", broker_config=broker_config(pki),
+        version, workdir / "kafka", broker_config={**broker_config(pki), **(extra_config or {})},
         listeners=[Listener(LISTENER, LISTENER)],
     )
     try:

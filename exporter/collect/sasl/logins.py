@@ -27,10 +27,17 @@ class PasswordLogin:
         }
 
 
+def _aws_msk_iam_login(sasl: SaslSettings) -> SaslLogin:
+    from exporter.collect.sasl.aws_msk_iam import AwsMskIamLogin  # botocore: an optional extra
+
+    return AwsMskIamLogin(sasl)
+
+
 LOGINS: dict[str, Callable[[SaslSettings], SaslLogin]] = {
     "PLAIN": PasswordLogin,
     "SCRAM-SHA-256": PasswordLogin,
     "SCRAM-SHA-512": PasswordLogin,
+    "AWS_MSK_IAM": _aws_msk_iam_login,
 }
 
 

@@ -173,7 +173,28 @@ that are not valid in volume names).
 {{- end }}
 {{- end }}
 {{- with $c.sasl }}
-{{- $files = append $files (dict "secret" .password_secret.name "key" (.password_secret.key | default "password") "path" "sasl-password") }}
+{{- with .password_secret }}
+{{- $files = append $files (dict "secret" .name "key" (.key | default "password") "path" "sasl-password") }}
+{{- end }}
+{{- with .oauthbearer }}
+{{- with .client_secret_secret }}
+{{- $files = append $files (dict "secret" .name "key" (.key | default "client-secret") "path" "oauth-client-secret") }}
+{{- end }}
+{{- with .token_secret }}
+{{- $files = append $files (dict "secret" .name "key" (.key | default "token") "path" "oauth-token") }}
+{{- end }}
+{{- with .ca_secret }}
+{{- $files = append $files (dict "secret" .name "key" (.key | default "ca.crt") "path" "oauth-ca.crt") }}
+{{- end }}
+{{- end }}
+{{- with .gssapi }}
+{{- with .keytab_secret }}
+{{- $files = append $files (dict "secret" .name "key" (.key | default "krb5.keytab") "path" "krb5.keytab") }}
+{{- end }}
+{{- with .krb5_conf_configmap }}
+{{- $files = append $files (dict "configMap" .name "key" (.key | default "krb5.conf") "path" "krb5.conf") }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- toJson $files }}
 {{- end }}
@@ -209,7 +230,37 @@ file paths under kte.credentialsDir/<index>/; nothing secret is rendered.
 {{- $_ := set $out "tls" $outTls }}
 {{- end }}
 {{- with $c.sasl }}
+{{- if has .mechanism (list "PLAIN" "SCRAM-SHA-256" "SCRAM-SHA-512") }}
 {{- $_ := set $out "sasl" (dict "mechanism" .mechanism "username" .username "password_file" (printf "%s/sasl-password" $dir)) }}
+{{- else if eq .mechanism "OAUTHBEARER" }}
+{{- $o := .oauthbearer | default dict }}
+{{- $oauth := omit $o "client_secret_secret" "token_secret" "ca_secret" }}
+{{- if $o.client_secret_secret }}
+{{- $_ := set $oauth "client_secret_file" (printf "%s/oauth-client-secret" $dir) }}
+{{- end }}
+{{- if $o.token_secret }}
+{{- $_ := set $oauth "token_file" (printf "%s/oauth-token" $dir) }}
+{{- end }}
+{{- if $o.ca_secret }}
+{{- $_ := set $oauth "ca_file" (printf "%s/oauth-ca.crt" $dir) }}
+{{- end }}
+{{- $_ := set $out "sasl" (dict "mechanism" .mechanism "oauthbearer" $oauth) }}
+{{- else if eq .mechanism "GSSAPI" }}
+{{- $g := .gssapi | default dict }}
+{{- $krb := omit $g "keytab_secret" "krb5_conf_configmap" }}
+{{- if $g.keytab_secret }}
+{{- $_ := set $krb "keytab_file" (printf "%s/krb5.keytab" $dir) }}
+{{- end }}
+{{- if $g.krb5_conf_configmap }}
+{{- $_ := set $krb "krb5_conf_file" (printf "%s/krb5.conf" $dir) }}
+{{- end }}
+{{- $_ := set $out "sasl" (dict "mechanism" .mechanism "gssapi" $krb) }}
+{{- else if eq .mechanism "AWS_MSK_IAM" }}
+{{- if not $tls.enabled }}
+{{- fail (printf "config.clusters[%d].tls.enabled: required with sasl.mechanism AWS_MSK_IAM (MSK's IAM listeners are TLS only)" $index) }}
+{{- end }}
+{{- $_ := set $out "sasl" (dict "mechanism" .mechanism "aws_msk_iam" (.aws_msk_iam | default dict)) }}
+{{- end }}
 {{- end }}
 {{- $clusters = append $clusters $out }}
 {{- end }}
