@@ -35,6 +35,36 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
+from exporter.collect.failures import (
+    AuthenticationFailed as AuthenticationFailed,
+)
+from exporter.collect.failures import (
+    BrokerUnreachable as BrokerUnreachable,
+)
+from exporter.collect.failures import (  # re-exported: where callers import them from
+    CollectError as CollectError,
+)
+from exporter.collect.failures import (
+    ConnectTimeout as ConnectTimeout,
+)
+from exporter.collect.failures import (
+    DecodeError as DecodeError,
+)
+from exporter.collect.failures import (
+    RequestTimeout as RequestTimeout,
+)
+from exporter.collect.failures import (
+    ResponseTooLarge as ResponseTooLarge,
+)
+from exporter.collect.failures import (
+    TlsConnectionClosed as TlsConnectionClosed,
+)
+from exporter.collect.failures import (
+    TlsFailed as TlsFailed,
+)
+from exporter.collect.failures import (
+    UnsupportedApi as UnsupportedApi,
+)
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
 from exporter.collect.parse import parse_finalized_features
@@ -46,55 +76,6 @@ from exporter.tlsfiles import load_cert_chain, require_regular_file
 _SIZE = struct.Struct(">i")
 CLIENT_SOFTWARE_NAME = "kafka-txn-exporter"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
-
-class CollectError(Exception):
-    """Base of every failure the collect layer reports; `kind` is a stable label value."""
-
-    kind = "ERROR"
-
-
-class BrokerUnreachable(CollectError):
-    kind = "BROKER_UNREACHABLE"
-
-
-class RequestTimeout(CollectError):
-    kind = "REQUEST_TIMEOUT"
-
-
-class DecodeError(CollectError):
-    kind = "DECODE_ERROR"
-
-
-class ResponseTooLarge(DecodeError):
-    """A response frame above `max_response_bytes` (the connection is closed: its bytes are
-    not read). Kind DECODE_ERROR as before; the type lets DescribeProducers ask smaller
-    batches next time (issue 28)."""
-
-
-class AuthenticationFailed(CollectError):
-    kind = "AUTHENTICATION_FAILED"
-
-
-class TlsFailed(AuthenticationFailed):
-    """The TLS handshake failed: certificate not trusted, hostname not in it, refused. Counted as
-    AUTHENTICATION_FAILED, as Kafka's Java client counts its SslAuthenticationException (a
-    subclass of AuthenticationException); `scan` tells the two apart."""
-
-
-class TlsConnectionClosed(BrokerUnreachable):
-    """The broker closed the connection during the TLS handshake (a listener that does not
-    speak TLS does so). Counted as BROKER_UNREACHABLE; `scan` reports it as a TLS failure."""
-
-
-class ConnectTimeout(BrokerUnreachable):
-    """The TCP (or TLS) connect did not finish in time: counted as BROKER_UNREACHABLE; `scan`
-    reports it as a timeout."""
-
-
-class UnsupportedApi(CollectError):
-    """The broker does not offer this API in any version this client can speak."""
-
-    kind = "UNSUPPORTED_VERSION"
 
 
 def build_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
