@@ -37,6 +37,7 @@ from exporter.settings import (
     ClusterSettings,
     ExporterSettings,
     HistorySettings,
+    OAuthBearerSettings,
     SaslSettings,
     TlsSettings,
     WebSettings,
@@ -47,7 +48,7 @@ CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -363,12 +364,76 @@ _TLS_FIELDS: dict[str, Parser] = {
     "key_password_file": _secret_file_name,
     "check_hostname": _bool,
 }
+_EXTENSION_KEY_RE = re.compile(r"[A-Za-z]+")
+_EXTENSION_VALUE_RE = re.compile(r"[\x21-\x7E \t\r\n]+")
+
+
+def _sasl_extensions(value: Any, path: str) -> dict[str, str]:
+    """KIP-342 SASL extensions: keys of letters only, other than `auth` (RFC 7628's key for
+    the token itself); values of printable ASCII (Kafka refuses anything else)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a mapping of extension name to value, "
+                          f"got {_describe(value)}")
+    extensions: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not _EXTENSION_KEY_RE.fullmatch(key) or key == "auth":
+            raise ConfigError(f"{path}: invalid SASL extension name {_clip(str(key))} "
+                              "(letters only, not 'auth')")
+        if isinstance(val, bool) or not isinstance(val, str | int):
+            raise ConfigError(f"{path}.{key}: expected a string, got {_describe(val)}")
+        text = str(val)
+        if not _EXTENSION_VALUE_RE.fullmatch(text):
+            raise ConfigError(f"{path}.{key}: must be printable ASCII and not empty")
+        extensions[key] = text
+    return extensions
+
+
+def _https_url(value: Any, path: str) -> str:
+    """A token endpoint: https only (a client secret is never sent in clear text)."""
+    text = _str(value, path).strip()
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        port_ok = parts.port is None or 0 < parts.port <= 65535
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme.lower() != "https" or not parts.hostname or not port_ok:
+        raise ConfigError(f"{path}: expected an https:// URL, got {_clip(text)}")
+    if parts.username or parts.password:
+        raise ConfigError(f"{path}: must not carry credentials (use client_id and "
+                          "client_secret_file or client_secret_env)")
+    return text
+
+
+_OAUTHBEARER_FIELDS: dict[str, Parser] = {
+    "token_endpoint_url": _https_url,
+    "client_id": _str,
+    "client_secret_file": _secret_file_name,
+    "client_secret_env": _env_var_name,
+    "scope": _str,
+    "extensions": _sasl_extensions,
+    "ca_file": _existing_file,
+    "token_file": _existing_file,
+}
+
+
+def _oauthbearer_section(value: Any, path: str) -> dict[str, Any]:
+    if isinstance(value, dict) and "client_secret" in value:
+        raise ConfigError(f"{path}.client_secret: inline secrets are not allowed; "
+                          "use client_secret_file or client_secret_env")
+    return _parse_section(value, _OAUTHBEARER_FIELDS, path)
+
+
 _SASL_FIELDS: dict[str, Parser] = {
     "mechanism": _choice(SASL_MECHANISMS, upper=True),
     "username": _str,
     "password_file": _secret_file_name,
     "password_env": _env_var_name,
+    "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
 }
+_SASL_SECTIONS = ("oauthbearer",)
+"""Keys of `sasl` that hold a mechanism's own mapping (not settable by one variable)."""
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "describe_producers_batch_size": (1, 100_000),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
@@ -423,6 +488,8 @@ def cluster_env_vars() -> dict[str, tuple[str, ...]]:
         names[_env_name("cluster", key)] = (key,)
     for section, fields in _NESTED_CLUSTER_FIELDS.items():
         for key in fields:
+            if section == "sasl" and key in _SASL_SECTIONS:
+                continue
             names[_env_name("cluster", section, key)] = (section, key)
     return names
 
@@ -507,6 +574,10 @@ def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslS
 
 def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
     """PLAIN and SCRAM: a user name and a password from a file or an environment variable."""
+    for section in _SASL_SECTIONS:
+        if section in raw:
+            raise ConfigError(f"{path}.{section}: only with mechanism {section.upper()}, "
+                              f"not {raw['mechanism']}")
     if "username" not in raw:
         raise ConfigError(f"{path}.username: required when sasl is configured")
     password_file = raw.get("password_file")
@@ -528,10 +599,60 @@ def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str])
     return SaslSettings(mechanism=raw["mechanism"], username=raw["username"], password=password)
 
 
+def _build_oauthbearer_sasl(
+    raw: dict[str, Any], path: str, env: Mapping[str, str]
+) -> SaslSettings:
+    """OAUTHBEARER: client credentials for a token endpoint, or a mounted token file."""
+    for key in ("username", "password_file", "password_env"):
+        if key in raw:
+            raise ConfigError(f"{path}.{key}: not used by OAUTHBEARER (set "
+                              f"{path}.oauthbearer.client_id and its client secret)")
+    if raw.get("oauthbearer") is None:
+        raise ConfigError(f"{path}.oauthbearer: required with mechanism OAUTHBEARER "
+                          "(token_endpoint_url and client_id, or token_file)")
+    section = raw["oauthbearer"]
+    sub = f"{path}.oauthbearer"
+    if "token_file" in section:
+        for key in ("token_endpoint_url", "client_id", "client_secret_file",
+                    "client_secret_env", "scope", "ca_file"):
+            if key in section:
+                raise ConfigError(f"{sub}.{key}: not used with token_file (the token is read "
+                                  "from the file; give one of token_file or token_endpoint_url)")
+        return SaslSettings(mechanism="OAUTHBEARER", oauthbearer=OAuthBearerSettings(
+            token_file=section["token_file"], extensions=section.get("extensions", {})))
+    for key in ("token_endpoint_url", "client_id"):
+        if key not in section:
+            raise ConfigError(f"{sub}.{key}: required (or give token_file)")
+    secret_file = section.get("client_secret_file")
+    secret_env = section.get("client_secret_env")
+    if (secret_file is None) == (secret_env is None):
+        raise ConfigError(f"{sub}: set exactly one of client_secret_file or client_secret_env")
+    if secret_file is not None:
+        secret = _read_secret_file(secret_file, f"{sub}.client_secret_file")
+    else:
+        if secret_env not in env:
+            raise ConfigError(
+                f"{sub}.client_secret_env: the environment variable it names is not set (the "
+                "name is not shown in case it is a secret)"
+            )
+        secret = env[secret_env]
+    if not secret:
+        raise ConfigError(f"{sub}: the client secret is empty")
+    return SaslSettings(mechanism="OAUTHBEARER", oauthbearer=OAuthBearerSettings(
+        token_endpoint_url=section["token_endpoint_url"],
+        client_id=section["client_id"],
+        client_secret=secret,
+        scope=section.get("scope"),
+        extensions=section.get("extensions", {}),
+        ca_file=section.get("ca_file"),
+    ))
+
+
 _SASL_BUILDERS: dict[str, Callable[[dict[str, Any], str, Mapping[str, str]], SaslSettings]] = {
     "PLAIN": _build_password_sasl,
     "SCRAM-SHA-256": _build_password_sasl,
     "SCRAM-SHA-512": _build_password_sasl,
+    "OAUTHBEARER": _build_oauthbearer_sasl,
 }
 """One builder per mechanism of SASL_MECHANISMS; each checks the fields its mechanism needs."""
 
@@ -601,7 +722,7 @@ def load_settings(
     # Environment: web/log, then the single cluster.
     password_envs = {
         c["sasl"]["password_env"] for c in clusters if c.get("sasl", {}).get("password_env")
-    } | _admin_password_envs(admin)
+    } | _admin_password_envs(admin) | _client_secret_envs(raw_clusters, admin)
     cluster_vars = cluster_env_vars()
     cluster_env: dict[str, Any] = {}
     env_web: dict[str, Any] = {}
@@ -720,6 +841,21 @@ def _admin_password_envs(admin: Any) -> set[str]:
         sasl = entry.get("sasl") if isinstance(entry, dict) else None
         if isinstance(sasl, dict) and isinstance(sasl.get("password_env"), str):
             names.add(sasl["password_env"])
+    return names
+
+
+def _client_secret_envs(raw_clusters: Any, admin: Any) -> set[str]:
+    """Variables named by a `sasl.oauthbearer.client_secret_env` (clusters[] and
+    admin.clusters[]) are not typos either."""
+    entries = list(raw_clusters) if isinstance(raw_clusters, list) else []
+    admin_entries = admin.get("clusters") if isinstance(admin, dict) else None
+    entries += admin_entries if isinstance(admin_entries, list) else []
+    names: set[str] = set()
+    for entry in entries:
+        sasl = entry.get("sasl") if isinstance(entry, dict) else None
+        oauth = sasl.get("oauthbearer") if isinstance(sasl, dict) else None
+        if isinstance(oauth, dict) and isinstance(oauth.get("client_secret_env"), str):
+            names.add(oauth["client_secret_env"])
     return names
 
 

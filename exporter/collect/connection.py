@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import ssl
 import struct
 import time
@@ -74,6 +75,8 @@ from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSetti
 from exporter.tlsfiles import load_cert_chain, require_regular_file
 
 _SIZE = struct.Struct(">i")
+REAUTHENTICATE_FACTOR = 0.85
+REAUTHENTICATE_JITTER = 0.10
 CLIENT_SOFTWARE_NAME = "kafka-txn-exporter"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
 
@@ -123,10 +126,20 @@ class BrokerConnection:
         """From the last ApiVersions answer (v3+); None when it carried none."""
         self.finalized_features_read_at = 0.0
         """`time.monotonic()` of that answer."""
+        self.reauthenticate_at: float | None = None
+        """`time.monotonic()` after which this connection is replaced by a new one: the broker
+        limits its SASL session (`connections.max.reauth.ms`, or the token's expiry) and closes
+        a connection whose session has ended on its next request."""
 
     @property
     def is_open(self) -> bool:
-        return self._writer is not None and self._closed_error is None
+        return self._writer is not None and self._closed_error is None and (
+            self.reauthenticate_at is None or time.monotonic() < self.reauthenticate_at)
+
+    @property
+    def is_idle(self) -> bool:
+        """No request of this connection awaits its answer."""
+        return not self._pending
 
     async def connect(self) -> None:
         """Open the socket, negotiate ApiVersions, authenticate. Raises `CollectError`."""
@@ -253,6 +266,7 @@ class BrokerConnection:
             raise AuthenticationFailed(f"unsupported SASL mechanism {sasl.mechanism}") from exc
         version = self.version_for(SaslAuthenticateRequest)
         rounds = 0
+        response = None
         while not mechanism.is_done():
             rounds += 1
             if rounds > 5:
@@ -273,6 +287,13 @@ class BrokerConnection:
                 raise AuthenticationFailed(f"SASL {sasl.mechanism}: {exc}") from exc
         if not mechanism.is_authenticated():
             raise AuthenticationFailed(f"SASL {sasl.mechanism}: not authenticated")
+        lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0
+        if lifetime_ms > 0:
+            # KIP-368: a client re-authenticates between 85 % and 95 % of the session's
+            # lifetime; here a new connection takes over then (ConnectionPool.get), with
+            # whatever credential the login holds at that time (a renewed token).
+            self.reauthenticate_at = time.monotonic() + lifetime_ms / 1000 * (
+                REAUTHENTICATE_FACTOR + REAUTHENTICATE_JITTER * random.random())
 
     def version_for(self, request_class: Any, max_version: int | None = None) -> int:
         """Best version both this client and the broker support (capped by `max_version`)."""
@@ -434,6 +455,7 @@ class ConnectionPool:
         self._options = options
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._retiring: dict[asyncio.Task[None], BrokerConnection] = {}
 
     async def get(self, host: str, port: int) -> BrokerConnection:
         key = (host, port)
@@ -446,11 +468,28 @@ class ConnectionPool:
             if connection is not None and connection.is_open:
                 return connection
             if connection is not None:
-                await connection.close()
+                await self._retire(connection)
             connection = BrokerConnection(host, port, self._options)
             await connection.connect()
             self._connections[key] = connection
             return connection
+
+    async def _retire(self, connection: BrokerConnection) -> None:
+        """Close a replaced connection; one replaced while answers are due (its session is
+        ending) is closed once they are in, so that no request fails for the replacement."""
+        if connection.is_idle:
+            await connection.close()
+            return
+
+        async def close_when_idle() -> None:
+            deadline = time.monotonic() + self._options.connect_timeout_seconds
+            while not connection.is_idle and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await connection.close()
+
+        task = asyncio.get_running_loop().create_task(close_when_idle())
+        self._retiring[task] = connection
+        task.add_done_callback(lambda done: self._retiring.pop(done, None))
 
     def open_connection(self, host: str, port: int) -> BrokerConnection | None:
         """The open connection to (host, port), if any; never connects."""
@@ -465,6 +504,12 @@ class ConnectionPool:
     async def close(self) -> None:
         connections, self._connections = self._connections, {}
         for connection in connections.values():
+            await connection.close()
+        retiring, self._retiring = self._retiring, {}
+        for task, connection in retiring.items():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
             await connection.close()
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.collect.sasl.login import SaslLogin
+from exporter.collect.sasl.oauthbearer import OAuthBearerLogin
 from exporter.settings import SaslSettings
 
 
@@ -31,6 +32,7 @@ LOGINS: dict[str, Callable[[SaslSettings], SaslLogin]] = {
     "PLAIN": PasswordLogin,
     "SCRAM-SHA-256": PasswordLogin,
     "SCRAM-SHA-512": PasswordLogin,
+    "OAUTHBEARER": OAuthBearerLogin,
 }
 
 
