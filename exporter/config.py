@@ -370,7 +370,17 @@ _EXTENSION_VALUE_RE = re.compile(r"[\x21-\x7E \t\r\n]+")
 
 def _sasl_extensions(value: Any, path: str) -> dict[str, str]:
     """KIP-342 SASL extensions: keys of letters only, other than `auth` (RFC 7628's key for
-    the token itself); values of printable ASCII (Kafka refuses anything else)."""
+    the token itself); values of printable ASCII (Kafka refuses anything else). The env form
+    is 'name=value,name=value'."""
+    if isinstance(value, str):
+        pairs: dict[str, str] = {}
+        for part in (p.strip() for p in value.split(",")):
+            key, sep, val = part.partition("=")
+            if part and not sep:
+                raise ConfigError(f"{path}: expected name=value pairs, got {_clip(part)}")
+            if part:
+                pairs[key.strip()] = val.strip()
+        value = pairs
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a mapping of extension name to value, "
                           f"got {_describe(value)}")
@@ -432,8 +442,10 @@ _SASL_FIELDS: dict[str, Parser] = {
     "password_env": _env_var_name,
     "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
 }
-_SASL_SECTIONS = ("oauthbearer",)
-"""Keys of `sasl` that hold a mechanism's own mapping (not settable by one variable)."""
+_SASL_SECTION_FIELDS: dict[str, dict[str, Parser]] = {"oauthbearer": _OAUTHBEARER_FIELDS}
+"""Keys of `sasl` that hold a mechanism's own mapping: one variable per field of it
+(`KTE_CLUSTER_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL`), none for the mapping itself."""
+_SASL_SECTIONS = tuple(_SASL_SECTION_FIELDS)
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "describe_producers_batch_size": (1, 100_000),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
@@ -482,13 +494,16 @@ def _env_name(*parts: str) -> str:
 
 
 def cluster_env_vars() -> dict[str, tuple[str, ...]]:
-    """Every `KTE_CLUSTER_*` variable and the cluster field path it sets."""
+    """Every `KTE_CLUSTER_*` variable and the cluster field path it sets (one, two or three
+    keys deep)."""
     names: dict[str, tuple[str, ...]] = {}
     for key in _CLUSTER_FIELDS:
         names[_env_name("cluster", key)] = (key,)
     for section, fields in _NESTED_CLUSTER_FIELDS.items():
         for key in fields:
-            if section == "sasl" and key in _SASL_SECTIONS:
+            if section == "sasl" and key in _SASL_SECTION_FIELDS:
+                for sub in _SASL_SECTION_FIELDS[key]:
+                    names[_env_name("cluster", section, key, sub)] = (section, key, sub)
                 continue
             names[_env_name("cluster", section, key)] = (section, key)
     return names
@@ -776,6 +791,11 @@ def load_settings(
             keys = cluster_vars[name]
             if len(keys) == 1:
                 target[keys[0]] = _CLUSTER_FIELDS[keys[0]](value, name)
+            elif len(keys) == 3:
+                section, key, sub = keys
+                sasl_section = target.setdefault(section, {})
+                sasl_section.setdefault(key, {})[sub] = _SASL_SECTION_FIELDS[key][sub](
+                    value, name)
             else:
                 section, key = keys
                 target.setdefault(section, {})[key] = _NESTED_CLUSTER_FIELDS[section][key](
@@ -860,8 +880,10 @@ def _client_secret_envs(raw_clusters: Any, admin: Any) -> set[str]:
 
 
 def _names_a_password_env(name: str, env: Mapping[str, str]) -> bool:
-    """True when KTE_CLUSTER_SASL_PASSWORD_ENV points at this variable."""
-    return env.get("KTE_CLUSTER_SASL_PASSWORD_ENV") == name
+    """True when KTE_CLUSTER_SASL_PASSWORD_ENV (or the OAUTHBEARER client secret's
+    KTE_CLUSTER_SASL_OAUTHBEARER_CLIENT_SECRET_ENV) points at this variable."""
+    return name in (env.get("KTE_CLUSTER_SASL_PASSWORD_ENV"),
+                    env.get("KTE_CLUSTER_SASL_OAUTHBEARER_CLIENT_SECRET_ENV"))
 
 
 def env_help() -> str:
@@ -880,7 +902,9 @@ def env_help() -> str:
         "  KTE_CLUSTER_LABELS takes name=value,name=value; KTE_CLUSTER_BOOTSTRAP_SERVERS takes\n"
         "  host:port,host:port. Passwords are never given inline: use\n"
         "  KTE_CLUSTER_SASL_PASSWORD_FILE or KTE_CLUSTER_SASL_PASSWORD_ENV (name of the variable\n"
-        "  holding it). Durations accept seconds or strings like 30s, 5m, 1h."
+        "  holding it); the same for the OAUTHBEARER client secret\n"
+        "  (KTE_CLUSTER_SASL_OAUTHBEARER_CLIENT_SECRET_FILE or _ENV), whose SASL extensions take\n"
+        "  name=value,name=value. Durations accept seconds or strings like 30s, 5m, 1h."
     )
 
 
