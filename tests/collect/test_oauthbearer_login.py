@@ -299,7 +299,7 @@ def test_a_token_from_the_https_endpoint(provider: OidcProvider) -> None:
     assert (claims["sub"], claims["aud"], claims["scope"]) == ("exporter", AUDIENCE, "kafka")
     assert provider.token_requests("kafka-txn-exporter") == [
         {"client_id": "kafka-txn-exporter", "grant_type": "client_credentials",
-         "scope": "kafka", "status": 200}]
+         "scope": "kafka", "status": 200, "expires_at": claims["exp"]}]
 
 
 def test_a_revoked_secret_is_refused_without_retries(provider: OidcProvider) -> None:

@@ -58,7 +58,8 @@ class OidcProvider:
     directory: Path
     clients: dict[str, Client] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
-    """One entry per token request: client id, grant type, scope, status answered."""
+    """One entry per token request: client id, grant type, scope, status answered, and the
+    token's `exp` (`expires_at`) when one was issued."""
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -200,9 +201,13 @@ class OidcProvider:
                                          "error_description": "Invalid client credentials"}
             else:
                 lifetime = int(client.lifetime_seconds)
+                issued = time.time()
+                expires_at = int(issued) + lifetime  # the token's exp
                 status, document = 200, {
-                    "access_token": self.token_for(client, form.get("scope")),
+                    "access_token": self.token_for(client, form.get("scope"), now=issued),
                     "token_type": "Bearer", "expires_in": lifetime}
             self.requests.append({"client_id": client_id, "grant_type": form.get("grant_type"),
                                   "scope": form.get("scope"), "status": status})
+            if status == 200:
+                self.requests[-1]["expires_at"] = expires_at
         return status, document

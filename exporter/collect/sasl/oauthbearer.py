@@ -446,7 +446,7 @@ class OAuthBearerLogin:
             usable = self._usable(now)
             if usable is not None:
                 log.warning("oauthbearer_token_refresh_failed", error=str(exc),
-                            token_expires_in_seconds=round(usable.expires_at - now, 1),
+                            expires_in_seconds=round(usable.expires_at - now, 1),
                             next_attempt_in_seconds=RELOGIN_DELAY_SECONDS)
                 return usable
             raise self._expired_error() from None
