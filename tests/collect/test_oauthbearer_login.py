@@ -173,7 +173,9 @@ def test_the_request_is_kafkas_client_credentials_form_with_basic_authentication
     assert headers["Content-Type"] == "application/x-www-form-urlencoded"
 
 
-def test_a_failed_refresh_keeps_the_token_until_it_expires_and_backs_off() -> None:
+def test_a_failed_refresh_keeps_the_token_until_it_expires_and_backs_off(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     login, clock, endpoint = fake_login(lifetime=100)
     first = run(login.token()).value
     endpoint.failure = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
@@ -206,6 +208,12 @@ def test_a_failed_refresh_keeps_the_token_until_it_expires_and_backs_off() -> No
     endpoint.failure = None
     clock.now += RELOGIN_DELAY_SECONDS
     assert run(login.token()).value == endpoint.issued[-1] != first
+    # The warning of the failed renewal says why and how long the token lasts; never a secret.
+    logged = capsys.readouterr()
+    assert "oauthbearer_token_refresh_failed" in logged.out + logged.err
+    assert "expires_in_seconds=15.0" in logged.out + logged.err
+    for secret in (SECRET, *endpoint.issued):
+        assert secret not in logged.out + logged.err
 
 
 def test_an_unretryable_answer_fails_at_once_and_a_5xx_is_retried() -> None:
