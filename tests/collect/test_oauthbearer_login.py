@@ -320,6 +320,17 @@ def test_a_revoked_secret_is_refused_without_retries(provider: OidcProvider) -> 
     assert len(provider.token_requests("kafka-txn-exporter")) == 1
 
 
+def test_a_redirect_is_not_followed_with_the_secret(provider: OidcProvider) -> None:
+    """urllib would send the Authorization header on to the redirect's target."""
+    moved = provider.token_url.replace("/token", "/moved")
+    with pytest.raises(AuthenticationFailed) as failed:
+        run(https_login(provider, token_endpoint_url=moved).token())
+    assert str(failed.value) == (
+        f"token endpoint {moved} answered HTTP 302, a redirect: not followed (the client "
+        "secret goes to token_endpoint_url only; configure the URL it points to)")
+    assert provider.token_requests("kafka-txn-exporter") == []  # /token never asked
+
+
 def test_an_endpoint_certificate_from_another_ca_is_a_tls_failure(
     provider: OidcProvider, tmp_path: Path
 ) -> None:

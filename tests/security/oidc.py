@@ -173,6 +173,12 @@ class OidcProvider:
                 length = int(self.headers.get("Content-Length") or 0)
                 form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
                 status, document = provider._token_answer(self.path, self.headers, form)
+                if status == 302:  # /moved: elsewhere on this endpoint
+                    self.send_response(302)
+                    self.send_header("Location", str(document["location"]))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 self._answer(status, document)
 
         server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
@@ -192,6 +198,8 @@ class OidcProvider:
             client_id, _, secret = decoded.partition(":")
         with self._lock:
             client = self.clients.get(client_id)
+            if path == "/moved":
+                return 302, {"location": "/token"}
             if path != "/token":
                 status, document = 404, {"error": "not_found"}
             elif form.get("grant_type") != "client_credentials":

@@ -181,13 +181,24 @@ def _oauth_error(body: bytes) -> str:
 HttpPost = Callable[[str, bytes, Mapping[str, str], "ssl.SSLContext", float], tuple[int, bytes]]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: urllib would send the client secret (the Authorization
+    header) on to wherever the answer points."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> None:
+        return None
+
+
 def http_post(url: str, body: bytes, headers: Mapping[str, str], context: ssl.SSLContext,
               timeout: float) -> tuple[int, bytes]:
-    """POST and the answer's status and body (at most MAX_RESPONSE_BYTES). Blocking: called
-    in a worker thread."""
+    """POST and the answer's status and body (at most MAX_RESPONSE_BYTES); a redirect is
+    returned as it is. Blocking: called in a worker thread."""
     request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context),
+                                         _NoRedirect())
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
+        with opener.open(request, timeout=timeout) as answer:
             return int(answer.status), answer.read(MAX_RESPONSE_BYTES)
     except urllib.error.HTTPError as exc:
         with exc:
@@ -273,6 +284,10 @@ class ClientCredentialsSource:
             raise _RetriableFailure(AuthenticationFailed(
                 f"{self.where} unreachable: {exc.__class__.__name__}")) from None
         received_at = self.clock()
+        if 300 <= status < 400:
+            raise AuthenticationFailed(
+                f"{self.where} answered HTTP {status}, a redirect: not followed (the client "
+                "secret goes to token_endpoint_url only; configure the URL it points to)")
         if status != 200:
             error = AuthenticationFailed(
                 f"{self.where} refused the request: HTTP {status}{_oauth_error(answer)}")
