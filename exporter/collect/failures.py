@@ -26,7 +26,7 @@ class DecodeError(CollectError):
 class ResponseTooLarge(DecodeError):
     """A response frame above `max_response_bytes` (the connection is closed: its bytes are
     not read). Kind DECODE_ERROR as before; the type lets DescribeProducers ask smaller
-    batches next time (issue 28)."""
+    batches next time."""
 
 
 class AuthenticationFailed(CollectError):

@@ -231,11 +231,21 @@ def test_an_unretryable_answer_fails_at_once_and_a_5xx_is_retried() -> None:
     assert len(endpoint.calls) > 3 and 0 < sum(clock.slept) <= RETRY_BACKOFF_MAX_SECONDS
 
 
-def test_a_timeout_of_the_token_endpoint_is_a_timeout() -> None:
-    login, _, endpoint = fake_login()
-    endpoint.failure = urllib.error.URLError(TimeoutError("timed out"))
+def test_a_timeout_of_the_token_endpoint_is_a_timeout_tried_about_once() -> None:
+    """Each attempt's own time counts towards the 10 s of retries: an endpoint that never
+    answers does not hold a connection for minutes."""
+    login, clock, endpoint = fake_login()
+
+    def hangs(url: str, body: bytes, headers: Mapping[str, str], context: ssl.SSLContext,
+              timeout: float) -> tuple[int, bytes]:
+        endpoint.calls.append((url, body, dict(headers)))
+        clock.now += timeout  # the attempt's timeout, spent
+        raise urllib.error.URLError(TimeoutError("timed out"))
+
+    login._source.post = hangs  # type: ignore[union-attr]
     with pytest.raises(RequestTimeout, match="did not answer in 10 s"):
         run(login.token())
+    assert len(endpoint.calls) == 1 and clock.slept == []
 
 
 def test_a_token_expired_on_arrival_names_clock_skew() -> None:

@@ -242,17 +242,19 @@ class ClientCredentialsSource:
         return urllib.parse.urlencode(form).encode("ascii"), headers
 
     async def fetch(self, retry: bool) -> AccessToken:
-        """One token; with `retry`, attempts that may pass are repeated with back-off until
-        RETRY_BACKOFF_MAX_SECONDS have been waited. Raises CollectError."""
-        waited, backoff = 0.0, RETRY_BACKOFF_SECONDS
+        """One token; with `retry`, attempts that may pass are repeated with back-off while the
+        next one would start within RETRY_BACKOFF_MAX_SECONDS of the first (the attempts' own
+        time counts: an endpoint that never answers is tried about once). Raises
+        CollectError."""
+        started, backoff = self.clock(), RETRY_BACKOFF_SECONDS
         while True:
             try:
                 return await self._attempt()
             except _RetriableFailure as failure:
-                if not retry or waited + backoff > RETRY_BACKOFF_MAX_SECONDS:
+                elapsed = self.clock() - started
+                if not retry or elapsed + backoff > RETRY_BACKOFF_MAX_SECONDS:
                     raise failure.error from None
             await self.sleep(backoff)
-            waited += backoff
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX_SECONDS)
 
     async def _attempt(self) -> AccessToken:
@@ -402,12 +404,6 @@ class OAuthBearerLogin:
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._provider_class: type | None = None
-        self.fetches = 0
-        """Token requests made (attempts with their retries count once)."""
-
-    @property
-    def token_expires_at(self) -> float | None:
-        return self._token.expires_at if self._token is not None else None
 
     @property
     def refresh_at(self) -> float:
@@ -449,7 +445,6 @@ class OAuthBearerLogin:
 
     async def _renew(self, usable: AccessToken | None) -> AccessToken:
         assert isinstance(self._source, ClientCredentialsSource)
-        self.fetches += 1
         try:
             # With a token still in hand, one attempt (the connection waits for it); without,
             # Kafka's retries with back-off.
