@@ -39,6 +39,7 @@ from exporter.settings import (
     ClusterSettings,
     ExporterSettings,
     HistorySettings,
+    OAuthBearerSettings,
     SaslSettings,
     TlsSettings,
     WebSettings,
@@ -49,7 +50,7 @@ CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IAM")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM")
 
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -432,9 +433,79 @@ _AWS_MSK_IAM_FIELDS: dict[str, Parser] = {
         _ROLE_SESSION_NAME_RE, "2 to 64 letters, digits or +=,.@_-"
     ),
 }
-_SASL_SECTIONS: dict[str, dict[str, Parser]] = {"aws_msk_iam": _AWS_MSK_IAM_FIELDS}
-"""A mechanism's own nested section under `sasl`; its keys are also single-cluster environment
-variables (`KTE_CLUSTER_SASL_AWS_MSK_IAM_REGION`)."""
+
+
+_EXTENSION_KEY_RE = re.compile(r"[A-Za-z]+")
+_EXTENSION_VALUE_RE = re.compile(r"[\x21-\x7E \t\r\n]+")
+
+
+def _sasl_extensions(value: Any, path: str) -> dict[str, str]:
+    """KIP-342 SASL extensions: keys of letters only, other than `auth` (RFC 7628's key for
+    the token itself); values of printable ASCII (Kafka refuses anything else). The env form
+    is 'name=value,name=value'."""
+    if isinstance(value, str):
+        pairs: dict[str, str] = {}
+        for part in (p.strip() for p in value.split(",")):
+            key, sep, val = part.partition("=")
+            if part and not sep:
+                raise ConfigError(f"{path}: expected name=value pairs, got {_clip(part)}")
+            if part:
+                pairs[key.strip()] = val.strip()
+        value = pairs
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a mapping of extension name to value, "
+                          f"got {_describe(value)}")
+    extensions: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not _EXTENSION_KEY_RE.fullmatch(key) or key == "auth":
+            raise ConfigError(f"{path}: invalid SASL extension name {_clip(str(key))} "
+                              "(letters only, not 'auth')")
+        if isinstance(val, bool) or not isinstance(val, str | int):
+            raise ConfigError(f"{path}.{key}: expected a string, got {_describe(val)}")
+        text = str(val)
+        if not _EXTENSION_VALUE_RE.fullmatch(text):
+            raise ConfigError(f"{path}.{key}: must be printable ASCII and not empty")
+        extensions[key] = text
+    return extensions
+
+
+def _https_url(value: Any, path: str) -> str:
+    """A token endpoint: https only (a client secret is never sent in clear text)."""
+    text = _str(value, path).strip()
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        port_ok = parts.port is None or 0 < parts.port <= 65535
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme.lower() != "https" or not parts.hostname or not port_ok:
+        raise ConfigError(f"{path}: expected an https:// URL, got {_clip(text)}")
+    if parts.username or parts.password:
+        raise ConfigError(f"{path}: must not carry credentials (use client_id and "
+                          "client_secret_file or client_secret_env)")
+    return text
+
+
+_OAUTHBEARER_FIELDS: dict[str, Parser] = {
+    "token_endpoint_url": _https_url,
+    "client_id": _str,
+    "client_secret_file": _secret_file_name,
+    "client_secret_env": _env_var_name,
+    "scope": _str,
+    "extensions": _sasl_extensions,
+    "ca_file": _existing_file,
+    "token_file": _existing_file,
+}
+
+
+def _oauthbearer_section(value: Any, path: str) -> dict[str, Any]:
+    if isinstance(value, dict) and "client_secret" in value:
+        raise ConfigError(f"{path}.client_secret: inline secrets are not allowed; "
+                          "use client_secret_file or client_secret_env")
+    return _parse_section(value, _OAUTHBEARER_FIELDS, path)
+
+
 _SASL_FIELDS: dict[str, Parser] = {
     "mechanism": _choice(SASL_MECHANISMS, upper=True),
     "username": _str,
@@ -443,7 +514,15 @@ _SASL_FIELDS: dict[str, Parser] = {
     "aws_msk_iam": lambda value, path: _parse_section(
         {} if value is None else value, _AWS_MSK_IAM_FIELDS, path
     ),
+    "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
 }
+_SASL_SECTION_FIELDS: dict[str, dict[str, Parser]] = {
+    "oauthbearer": _OAUTHBEARER_FIELDS,
+    "aws_msk_iam": _AWS_MSK_IAM_FIELDS,
+}
+"""Keys of `sasl` that hold a mechanism's own mapping: one variable per field of it
+(`KTE_CLUSTER_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL`), none for the mapping itself."""
+_SASL_SECTIONS = tuple(_SASL_SECTION_FIELDS)
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "describe_producers_batch_size": (1, 100_000),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
@@ -496,15 +575,16 @@ def _env_name(*parts: str) -> str:
 
 
 def cluster_env_vars() -> dict[str, tuple[str, ...]]:
-    """Every `KTE_CLUSTER_*` variable and the cluster field path it sets."""
+    """Every `KTE_CLUSTER_*` variable and the cluster field path it sets (one, two or three
+    keys deep)."""
     names: dict[str, tuple[str, ...]] = {}
     for key in _CLUSTER_FIELDS:
         names[_env_name("cluster", key)] = (key,)
     for section, fields in _NESTED_CLUSTER_FIELDS.items():
         for key in fields:
-            if section == "sasl" and key in _SASL_SECTIONS:
-                for sub_key in _SASL_SECTIONS[key]:
-                    names[_env_name("cluster", section, key, sub_key)] = (section, key, sub_key)
+            if section == "sasl" and key in _SASL_SECTION_FIELDS:
+                for sub in _SASL_SECTION_FIELDS[key]:
+                    names[_env_name("cluster", section, key, sub)] = (section, key, sub)
                 continue
             names[_env_name("cluster", section, key)] = (section, key)
     return names
@@ -592,7 +672,8 @@ def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str])
     """PLAIN and SCRAM: a user name and a password from a file or an environment variable."""
     for section in _SASL_SECTIONS:
         if section in raw:
-            raise ConfigError(f"{path}.{section}: not used with mechanism {raw['mechanism']}")
+            raise ConfigError(f"{path}.{section}: only with mechanism {section.upper()}, "
+                              f"not {raw['mechanism']}")
     if "username" not in raw:
         raise ConfigError(f"{path}.username: required when sasl is configured")
     password_file = raw.get("password_file")
@@ -642,11 +723,61 @@ def _build_aws_msk_iam_sasl(
     return SaslSettings(mechanism=raw["mechanism"], aws_msk_iam=AwsMskIamSettings(**section))
 
 
+def _build_oauthbearer_sasl(
+    raw: dict[str, Any], path: str, env: Mapping[str, str]
+) -> SaslSettings:
+    """OAUTHBEARER: client credentials for a token endpoint, or a mounted token file."""
+    for key in ("username", "password_file", "password_env"):
+        if key in raw:
+            raise ConfigError(f"{path}.{key}: not used by OAUTHBEARER (set "
+                              f"{path}.oauthbearer.client_id and its client secret)")
+    if raw.get("oauthbearer") is None:
+        raise ConfigError(f"{path}.oauthbearer: required with mechanism OAUTHBEARER "
+                          "(token_endpoint_url and client_id, or token_file)")
+    section = raw["oauthbearer"]
+    sub = f"{path}.oauthbearer"
+    if "token_file" in section:
+        for key in ("token_endpoint_url", "client_id", "client_secret_file",
+                    "client_secret_env", "scope", "ca_file"):
+            if key in section:
+                raise ConfigError(f"{sub}.{key}: not used with token_file (the token is read "
+                                  "from the file; give one of token_file or token_endpoint_url)")
+        return SaslSettings(mechanism="OAUTHBEARER", oauthbearer=OAuthBearerSettings(
+            token_file=section["token_file"], extensions=section.get("extensions", {})))
+    for key in ("token_endpoint_url", "client_id"):
+        if key not in section:
+            raise ConfigError(f"{sub}.{key}: required (or give token_file)")
+    secret_file = section.get("client_secret_file")
+    secret_env = section.get("client_secret_env")
+    if (secret_file is None) == (secret_env is None):
+        raise ConfigError(f"{sub}: set exactly one of client_secret_file or client_secret_env")
+    if secret_file is not None:
+        secret = _read_secret_file(secret_file, f"{sub}.client_secret_file")
+    else:
+        if secret_env not in env:
+            raise ConfigError(
+                f"{sub}.client_secret_env: the environment variable it names is not set (the "
+                "name is not shown in case it is a secret)"
+            )
+        secret = env[secret_env]
+    if not secret:
+        raise ConfigError(f"{sub}: the client secret is empty")
+    return SaslSettings(mechanism="OAUTHBEARER", oauthbearer=OAuthBearerSettings(
+        token_endpoint_url=section["token_endpoint_url"],
+        client_id=section["client_id"],
+        client_secret=secret,
+        scope=section.get("scope"),
+        extensions=section.get("extensions", {}),
+        ca_file=section.get("ca_file"),
+    ))
+
+
 _SASL_BUILDERS: dict[str, Callable[[dict[str, Any], str, Mapping[str, str]], SaslSettings]] = {
     "PLAIN": _build_password_sasl,
     "SCRAM-SHA-256": _build_password_sasl,
     "SCRAM-SHA-512": _build_password_sasl,
     "AWS_MSK_IAM": _build_aws_msk_iam_sasl,
+    "OAUTHBEARER": _build_oauthbearer_sasl,
 }
 
 SASL_MECHANISMS_NEEDING_TLS = ("AWS_MSK_IAM",)
@@ -729,7 +860,7 @@ def load_settings(
     # Environment: web/log, then the single cluster.
     password_envs = {
         c["sasl"]["password_env"] for c in clusters if c.get("sasl", {}).get("password_env")
-    } | _admin_password_envs(admin)
+    } | _admin_password_envs(admin) | _client_secret_envs(raw_clusters, admin)
     cluster_vars = cluster_env_vars()
     cluster_env: dict[str, Any] = {}
     env_web: dict[str, Any] = {}
@@ -784,10 +915,10 @@ def load_settings(
             if len(keys) == 1:
                 target[keys[0]] = _CLUSTER_FIELDS[keys[0]](value, name)
             elif len(keys) == 3:
-                section, sub_section, key = keys
-                target.setdefault(section, {}).setdefault(sub_section, {})[key] = (
-                    _SASL_SECTIONS[sub_section][key](value, name)
-                )
+                section, key, sub = keys
+                sasl_section = target.setdefault(section, {})
+                sasl_section.setdefault(key, {})[sub] = _SASL_SECTION_FIELDS[key][sub](
+                    value, name)
             else:
                 section, key = keys
                 target.setdefault(section, {})[key] = _NESTED_CLUSTER_FIELDS[section][key](
@@ -856,9 +987,26 @@ def _admin_password_envs(admin: Any) -> set[str]:
     return names
 
 
+def _client_secret_envs(raw_clusters: Any, admin: Any) -> set[str]:
+    """Variables named by a `sasl.oauthbearer.client_secret_env` (clusters[] and
+    admin.clusters[]) are not typos either."""
+    entries = list(raw_clusters) if isinstance(raw_clusters, list) else []
+    admin_entries = admin.get("clusters") if isinstance(admin, dict) else None
+    entries += admin_entries if isinstance(admin_entries, list) else []
+    names: set[str] = set()
+    for entry in entries:
+        sasl = entry.get("sasl") if isinstance(entry, dict) else None
+        oauth = sasl.get("oauthbearer") if isinstance(sasl, dict) else None
+        if isinstance(oauth, dict) and isinstance(oauth.get("client_secret_env"), str):
+            names.add(oauth["client_secret_env"])
+    return names
+
+
 def _names_a_password_env(name: str, env: Mapping[str, str]) -> bool:
-    """True when KTE_CLUSTER_SASL_PASSWORD_ENV points at this variable."""
-    return env.get("KTE_CLUSTER_SASL_PASSWORD_ENV") == name
+    """True when KTE_CLUSTER_SASL_PASSWORD_ENV (or the OAUTHBEARER client secret's
+    KTE_CLUSTER_SASL_OAUTHBEARER_CLIENT_SECRET_ENV) points at this variable."""
+    return name in (env.get("KTE_CLUSTER_SASL_PASSWORD_ENV"),
+                    env.get("KTE_CLUSTER_SASL_OAUTHBEARER_CLIENT_SECRET_ENV"))
 
 
 def env_help() -> str:
@@ -877,7 +1025,9 @@ def env_help() -> str:
         "  KTE_CLUSTER_LABELS takes name=value,name=value; KTE_CLUSTER_BOOTSTRAP_SERVERS takes\n"
         "  host:port,host:port. Passwords are never given inline: use\n"
         "  KTE_CLUSTER_SASL_PASSWORD_FILE or KTE_CLUSTER_SASL_PASSWORD_ENV (name of the variable\n"
-        "  holding it). Durations accept seconds or strings like 30s, 5m, 1h."
+        "  holding it); the same for the OAUTHBEARER client secret\n"
+        "  (KTE_CLUSTER_SASL_OAUTHBEARER_CLIENT_SECRET_FILE or _ENV), whose SASL extensions take\n"
+        "  name=value,name=value. Durations accept seconds or strings like 30s, 5m, 1h."
     )
 
 

@@ -28,6 +28,23 @@ class AwsMskIamSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class OAuthBearerSettings:
+    """OAUTHBEARER: a token fetched with OIDC client credentials from `token_endpoint_url`
+    (as Kafka's own login handler does), or one a platform mounts in `token_file`."""
+
+    token_endpoint_url: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    scope: str | None = None
+    extensions: Mapping[str, str] = field(default_factory=dict)
+    """SASL extensions sent with the token (KIP-342), e.g. logicalCluster, identityPoolId."""
+    ca_file: str | None = None
+    """CA bundle for the token endpoint's TLS certificate (the system store otherwise)."""
+    token_file: str | None = None
+    """A token a platform mounts and rotates; read again whenever the file changes."""
+
+
+@dataclass(frozen=True, slots=True)
 class SaslSettings:
     """`mechanism` picks which of the other fields apply: `username` and `password` for PLAIN
     and SCRAM; each other mechanism has a record of its own below."""
@@ -36,6 +53,7 @@ class SaslSettings:
     username: str = ""
     password: str = field(default="", repr=False)
     aws_msk_iam: AwsMskIamSettings | None = None
+    oauthbearer: OAuthBearerSettings | None = None
 
 
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024

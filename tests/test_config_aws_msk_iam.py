@@ -86,7 +86,7 @@ def test_single_cluster_environment_variables() -> None:
     ("{mechanism: AWS_MSK_IAM, password_env: P, aws_msk_iam: {region: eu-west-1}}", "{}",
      "clusters[0].sasl.password_env: not used with AWS_MSK_IAM"),
     ("{mechanism: PLAIN, username: u, password_env: P, aws_msk_iam: {region: eu-west-1}}",
-     "{}", "clusters[0].sasl.aws_msk_iam: not used with mechanism PLAIN"),
+     "{}", "clusters[0].sasl.aws_msk_iam: only with mechanism AWS_MSK_IAM, not PLAIN"),
 ])
 def test_bad_settings_name_the_field(
     tmp_path: Path, sasl: str, tls: str | None, message: str

@@ -298,7 +298,7 @@ def _schema_keys() -> set[str]:
                    config_module._LOG_FIELDS, config_module._HISTORY_FIELDS,
                    config_module._CLIENT_ENTRY_FIELDS):  # admin.clusters[] (abort)
         keys |= set(fields)
-    for fields in config_module._SASL_SECTIONS.values():  # sasl.aws_msk_iam ...
+    for fields in config_module._SASL_SECTION_FIELDS.values():  # sasl.oauthbearer, ...
         keys |= set(fields)
     return keys | set(config_module._NESTED_CLUSTER_FIELDS) | {"clusters"}
 

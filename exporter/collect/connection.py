@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import ssl
 import struct
 import time
@@ -35,6 +36,36 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
+from exporter.collect.failures import (
+    AuthenticationFailed as AuthenticationFailed,
+)
+from exporter.collect.failures import (
+    BrokerUnreachable as BrokerUnreachable,
+)
+from exporter.collect.failures import (  # re-exported: where callers import them from
+    CollectError as CollectError,
+)
+from exporter.collect.failures import (
+    ConnectTimeout as ConnectTimeout,
+)
+from exporter.collect.failures import (
+    DecodeError as DecodeError,
+)
+from exporter.collect.failures import (
+    RequestTimeout as RequestTimeout,
+)
+from exporter.collect.failures import (
+    ResponseTooLarge as ResponseTooLarge,
+)
+from exporter.collect.failures import (
+    TlsConnectionClosed as TlsConnectionClosed,
+)
+from exporter.collect.failures import (
+    TlsFailed as TlsFailed,
+)
+from exporter.collect.failures import (
+    UnsupportedApi as UnsupportedApi,
+)
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
 from exporter.collect.loop import DESCRIPTOR_ERRNOS, connect_slots, descriptors_exhausted
@@ -45,62 +76,11 @@ from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSetti
 from exporter.tlsfiles import load_cert_chain, require_regular_file
 
 _SIZE = struct.Struct(">i")
+REAUTHENTICATE_FACTOR = 0.85
+REAUTHENTICATE_JITTER = 0.10
 CLIENT_SOFTWARE_NAME = "kafka-txn-exporter"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
 
-class CollectError(Exception):
-    """Base of every failure the collect layer reports; `kind` is a stable label value."""
-
-    kind = "ERROR"
-
-
-class BrokerUnreachable(CollectError):
-    kind = "BROKER_UNREACHABLE"
-
-
-class RequestTimeout(CollectError):
-    kind = "REQUEST_TIMEOUT"
-
-
-class DecodeError(CollectError):
-    kind = "DECODE_ERROR"
-
-
-class ResponseTooLarge(DecodeError):
-    """A response frame above `max_response_bytes` (the connection is closed: its bytes are
-    not read). Kind DECODE_ERROR as before; the type lets DescribeProducers ask smaller
-    batches next time (issue 28)."""
-
-
-class AuthenticationFailed(CollectError):
-    kind = "AUTHENTICATION_FAILED"
-
-
-class TlsFailed(AuthenticationFailed):
-    """The TLS handshake failed: certificate not trusted, hostname not in it, refused. Counted as
-    AUTHENTICATION_FAILED, as Kafka's Java client counts its SslAuthenticationException (a
-    subclass of AuthenticationException); `scan` tells the two apart."""
-
-
-class TlsConnectionClosed(BrokerUnreachable):
-    """The broker closed the connection during the TLS handshake (a listener that does not
-    speak TLS does so). Counted as BROKER_UNREACHABLE; `scan` reports it as a TLS failure."""
-
-
-class ConnectTimeout(BrokerUnreachable):
-    """The TCP (or TLS) connect did not finish in time: counted as BROKER_UNREACHABLE; `scan`
-    reports it as a timeout."""
-
-
-class UnsupportedApi(CollectError):
-    """The broker does not offer this API in any version this client can speak."""
-
-    kind = "UNSUPPORTED_VERSION"
-
-
-SESSION_RENEW_FRACTION = 0.85
-"""Share of a SASL session's lifetime after which its connection is replaced at the next poll's
-start (Kafka's Java client re-authenticates between 85% and 95%)."""
 
 _SASL_FAILURE_HINTS = {
     "AWS_MSK_IAM": " (AWS MSK IAM: check that the IAM policy allows kafka-cluster:Connect on "
@@ -158,15 +138,20 @@ class BrokerConnection:
         """`time.monotonic()` of that answer."""
         self.session_lifetime_ms = 0
         """The SASL session lifetime the broker announced (KIP-368); 0: none."""
-        self.session_renew_at: float | None = None
-        """`time.monotonic()` after which this connection is replaced before its next poll:
-        85% into the SASL session lifetime the broker announced (KIP-368), None when it
-        announced none. A broker closes a connection whose session expired on its next request
-        (MSK does so at the end of an IAM token's or credentials' validity)."""
+        self.reauthenticate_at: float | None = None
+        """`time.monotonic()` after which this connection is replaced by a new one: the broker
+        limits its SASL session (`connections.max.reauth.ms`, or the token's expiry) and closes
+        a connection whose session has ended on its next request."""
 
     @property
     def is_open(self) -> bool:
-        return self._writer is not None and self._closed_error is None
+        return self._writer is not None and self._closed_error is None and (
+            self.reauthenticate_at is None or time.monotonic() < self.reauthenticate_at)
+
+    @property
+    def is_idle(self) -> bool:
+        """No request of this connection awaits its answer."""
+        return not self._pending
 
     async def connect(self) -> None:
         """Open the socket, negotiate ApiVersions, authenticate. Raises `CollectError`."""
@@ -299,12 +284,12 @@ class BrokerConnection:
             raise AuthenticationFailed(f"unsupported SASL mechanism {sasl.mechanism}") from exc
         version = self.version_for(SaslAuthenticateRequest)
         rounds = 0
+        response = None
         while not mechanism.is_done():
             rounds += 1
             if rounds > 5:
                 raise AuthenticationFailed("SASL exchange did not finish")
             token = mechanism.auth_bytes()
-            sent_at = time.monotonic()
             response = await self._send(
                 SaslAuthenticateRequest(auth_bytes=token, version=version), version, timeout
             )
@@ -315,17 +300,20 @@ class BrokerConnection:
                     f"{error_name(response.error_code)} {response.error_message or ''}".rstrip()
                     + _SASL_FAILURE_HINTS.get(sasl.mechanism, "")
                 )
-            lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0  # v1+
-            self.session_lifetime_ms = lifetime_ms
-            self.session_renew_at = (
-                sent_at + SESSION_RENEW_FRACTION * lifetime_ms / 1000 if lifetime_ms > 0 else None
-            )
             try:
                 mechanism.receive(bytes(response.auth_bytes))
             except (ValueError, KeyError) as exc:
                 raise AuthenticationFailed(f"SASL {sasl.mechanism}: {exc}") from exc
         if not mechanism.is_authenticated():
             raise AuthenticationFailed(f"SASL {sasl.mechanism}: not authenticated")
+        lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0  # v1+
+        self.session_lifetime_ms = lifetime_ms
+        if lifetime_ms > 0:
+            # KIP-368: a client re-authenticates between 85 % and 95 % of the session's
+            # lifetime; here a new connection takes over then (ConnectionPool.get), with
+            # whatever credential the login holds at that time (a renewed token).
+            self.reauthenticate_at = time.monotonic() + lifetime_ms / 1000 * (
+                REAUTHENTICATE_FACTOR + REAUTHENTICATE_JITTER * random.random())
 
     def version_for(self, request_class: Any, max_version: int | None = None) -> int:
         """Best version both this client and the broker support (capped by `max_version`)."""
@@ -487,6 +475,7 @@ class ConnectionPool:
         self._options = options
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._retiring: dict[asyncio.Task[None], BrokerConnection] = {}
 
     async def get(self, host: str, port: int) -> BrokerConnection:
         key = (host, port)
@@ -499,7 +488,7 @@ class ConnectionPool:
             if connection is not None and connection.is_open:
                 return connection
             if connection is not None:
-                await connection.close()
+                await self._retire(connection)
             connection = BrokerConnection(host, port, self._options)
             await connection.connect()
             self._connections[key] = connection
@@ -519,23 +508,29 @@ class ConnectionPool:
     @property
     def holds_connections(self) -> bool:
         """Whether any connection (open or failed, not yet closed) is kept."""
-        return bool(self._connections)
+        return bool(self._connections or self._retiring)
+
+    async def _retire(self, connection: BrokerConnection) -> None:
+        """Close a replaced connection; one replaced while answers are due (its session is
+        ending) is closed once they are in, so that no request fails for the replacement."""
+        if connection.is_idle:
+            await connection.close()
+            return
+
+        async def close_when_idle() -> None:
+            deadline = time.monotonic() + self._options.connect_timeout_seconds
+            while not connection.is_idle and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await connection.close()
+
+        task = asyncio.get_running_loop().create_task(close_when_idle())
+        self._retiring[task] = connection
+        task.add_done_callback(lambda done: self._retiring.pop(done, None))
 
     def open_connection(self, host: str, port: int) -> BrokerConnection | None:
         """The open connection to (host, port), if any; never connects."""
         connection = self._connections.get((host, port))
         return connection if connection is not None and connection.is_open else None
-
-    async def retire_expiring_sessions(self) -> int:
-        """Close the connections whose SASL session is due for renewal (`session_renew_at`
-        passed), so that the next request logs in anew instead of meeting a broker that closes
-        the connection; called between polls, when nothing is in flight. Returns how many."""
-        now = time.monotonic()
-        due = [key for key, connection in self._connections.items()
-               if connection.session_renew_at is not None and now >= connection.session_renew_at]
-        for key in due:
-            await self.discard(*key)
-        return len(due)
 
     async def discard(self, host: str, port: int) -> None:
         connection = self._connections.pop((host, port), None)
@@ -545,6 +540,12 @@ class ConnectionPool:
     async def close(self) -> None:
         connections, self._connections = self._connections, {}
         for connection in connections.values():
+            await connection.close()
+        retiring, self._retiring = self._retiring, {}
+        for task, connection in retiring.items():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
             await connection.close()
 
 

@@ -144,7 +144,6 @@ class ClusterPoller:
         started = time.monotonic()
         client = self._client
         client.begin_poll()
-        await client.pool.retire_expiring_sessions()
         state = PollState(now_ms=self._clock_ms())
         try:
             meta = await client.metadata()

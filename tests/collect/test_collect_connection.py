@@ -343,3 +343,56 @@ def test_parse_bootstrap() -> None:
     assert parse_bootstrap("h:1") == ("h", 1)
     assert parse_bootstrap("[::1]:9093") == ("::1", 9093)
     assert parse_bootstrap("kafka") == ("kafka", 9092)
+
+
+def test_a_connection_whose_sasl_session_ends_is_replaced_and_closed_once_idle() -> None:
+    """The broker ends a SASL session after `session_lifetime_ms` (KIP-368; the real broker
+    does, tests/realkafka/test_real_oauthbearer.py): past the connection's re-authentication
+    time the pool hands out a new, authenticated connection, and the old one answers what it
+    was asked before it closes."""
+    dispatcher = SlowMetadataDispatcher()
+    cluster = SimCluster(brokers=1, dispatcher=dispatcher, sasl_users={"alice": "alice-secret"})
+    with cluster as sim:
+
+        async def scenario() -> None:
+            sasl = SaslSettings(mechanism="PLAIN", username="alice", password="alice-secret")
+            pool = ConnectionPool(options(sasl=sasl))
+            try:
+                old = await pool.get(*address(sim))
+                assert old.reauthenticate_at is None  # the simulator ends no session
+                dispatcher.delay_seconds = 0.5  # the next answer comes late
+                in_flight = asyncio.ensure_future(old.request(metadata_request(old), 5.0))
+                await asyncio.sleep(0)  # the request is written
+                assert not old.is_idle
+                old.reauthenticate_at = 0.0  # as if its session's lifetime had passed
+                new = await pool.get(*address(sim))
+                assert new is not old and new.is_open
+                answer = await in_flight  # not failed by the replacement
+                assert answer.cluster_id.startswith("corr-")
+                await asyncio.wait_for(_closed(old), 5.0)
+                await new.request(metadata_request(new), 5.0)
+            finally:
+                await pool.close()
+
+        run(scenario())
+
+
+class SlowMetadataDispatcher(MetadataDispatcher):
+    """Answers the next Metadata `delay_seconds` late (once)."""
+
+    delay_seconds = 0.0
+
+    def handle(self, ctx: RequestContext, request: Any) -> Any | None:
+        delay = 0.0
+        if ctx.api_key == 3:
+            delay, self.delay_seconds = self.delay_seconds, 0.0
+        if delay:
+            import time
+
+            time.sleep(delay)
+        return super().handle(ctx, request)
+
+
+async def _closed(connection: BrokerConnection) -> None:
+    while connection._writer is not None and not connection._writer.is_closing():
+        await asyncio.sleep(0.02)

@@ -77,6 +77,20 @@ def broker_clock_reset(broker_clock: Clock) -> Iterator[None]:
     broker_clock.offset_seconds = 0.0
 
 
+@pytest.fixture(autouse=True)
+def reset_logging() -> Iterator[None]:
+    """`abort` in process configures logging onto its own stderr; later tests log elsewhere."""
+    yield
+    import logging
+
+    import structlog
+
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+
+
 def aws_env(tmp_path: Path, secret: str | None = SECRET_KEY) -> dict[str, str]:
     """The command's environment: only the credentials under test (no host AWS settings, no
     instance metadata lookups)."""

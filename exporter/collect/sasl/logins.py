@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.collect.sasl.login import SaslLogin
+from exporter.collect.sasl.oauthbearer import OAuthBearerLogin
 from exporter.settings import SaslSettings
 
 
@@ -38,6 +39,7 @@ LOGINS: dict[str, Callable[[SaslSettings], SaslLogin]] = {
     "SCRAM-SHA-256": PasswordLogin,
     "SCRAM-SHA-512": PasswordLogin,
     "AWS_MSK_IAM": _aws_msk_iam_login,
+    "OAUTHBEARER": OAuthBearerLogin,
 }
 
 
