@@ -36,6 +36,7 @@ from exporter.metrics import RESERVED_LABELS
 from exporter.settings import (
     ClusterSettings,
     ExporterSettings,
+    GssapiSettings,
     HistorySettings,
     SaslSettings,
     TlsSettings,
@@ -47,7 +48,7 @@ CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
 
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -363,11 +364,44 @@ _TLS_FIELDS: dict[str, Parser] = {
     "key_password_file": _secret_file_name,
     "check_hostname": _bool,
 }
+_KERBEROS_NAME_RE = re.compile(r"[^\s@/]+(/[^\s@/]+)*(@[^\s@/]+)?")
+
+
+def _kerberos_principal(value: Any, path: str) -> str:
+    text = _str(value, path).strip()
+    if not _KERBEROS_NAME_RE.fullmatch(text):
+        raise ConfigError(f"{path}: expected a Kerberos principal like name@REALM or "
+                          f"name/host@REALM, got {_clip(text)}")
+    return text
+
+
+def _kerberos_service_name(value: Any, path: str) -> str:
+    text = _str(value, path).strip()
+    if not re.fullmatch(r"[^\s@/]+", text):
+        raise ConfigError(f"{path}: expected the first part of the brokers' principal (like "
+                          f"kafka, without / or @), got {_clip(text)}")
+    return text
+
+
+_GSSAPI_FIELDS: dict[str, Parser] = {
+    "principal": _kerberos_principal,
+    "keytab_file": _existing_file,
+    "ccache": _str,
+    "service_name": _kerberos_service_name,
+    "krb5_conf_file": _existing_file,
+}
+
+
+def _gssapi_section(value: Any, path: str) -> dict[str, Any]:
+    return _parse_section(value, _GSSAPI_FIELDS, path)
+
+
 _SASL_FIELDS: dict[str, Parser] = {
     "mechanism": _choice(SASL_MECHANISMS, upper=True),
     "username": _str,
     "password_file": _secret_file_name,
     "password_env": _env_var_name,
+    "gssapi": _gssapi_section,
 }
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "describe_producers_batch_size": (1, 100_000),
@@ -507,6 +541,9 @@ def _build_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslS
 
 def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
     """PLAIN and SCRAM: a user name and a password from a file or an environment variable."""
+    for other in ("gssapi",):
+        if other in raw:
+            raise ConfigError(f"{path}.{other}: only for mechanism {other.upper()}")
     if "username" not in raw:
         raise ConfigError(f"{path}.username: required when sasl is configured")
     password_file = raw.get("password_file")
@@ -528,10 +565,54 @@ def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str])
     return SaslSettings(mechanism=raw["mechanism"], username=raw["username"], password=password)
 
 
+def _build_gssapi_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
+    """Kerberos: a principal and its keytab, or a credential cache kept fresh elsewhere."""
+    for key in ("username", "password_file", "password_env"):
+        if key in raw:
+            raise ConfigError(f"{path}.{key}: not used by GSSAPI (give gssapi.principal and "
+                              "gssapi.keytab_file)")
+    section = raw.get("gssapi")
+    if section is None:
+        raise ConfigError(f"{path}.gssapi: required for mechanism GSSAPI (principal and "
+                          "keytab_file, or ccache)")
+    keytab = section.get("keytab_file")
+    if keytab is not None:
+        if "principal" not in section:
+            raise ConfigError(f"{path}.gssapi.principal: required with keytab_file")
+        if not os.access(keytab, os.R_OK):
+            raise ConfigError(f"{path}.gssapi.keytab_file: {keytab!r} is not readable")
+    try:
+        import gssapi  # noqa: F401  (the optional extra: refuse the config without it)
+    except (ImportError, OSError):
+        raise ConfigError(
+            f"{path}.mechanism: GSSAPI needs the Python package gssapi and the MIT Kerberos "
+            "libraries (pip install 'kafka-txn-exporter[kerberos]'; the image has them)"
+        ) from None
+    return SaslSettings(mechanism="GSSAPI", gssapi=GssapiSettings(**section))
+
+
+def _check_one_krb5_conf(clusters: tuple[ClusterSettings, ...]) -> None:
+    """The Kerberos library reads one krb5.conf per process: clusters must agree on it."""
+    seen: tuple[int, str] | None = None
+    for index, cluster in enumerate(clusters):
+        gssapi_settings = cluster.sasl.gssapi if cluster.sasl is not None else None
+        conf = gssapi_settings.krb5_conf_file if gssapi_settings is not None else None
+        if conf is None:
+            continue
+        if seen is not None and conf != seen[1]:
+            raise ConfigError(
+                f"clusters[{index}].sasl.gssapi.krb5_conf_file: differs from "
+                f"clusters[{seen[0]}]'s; the Kerberos library reads one krb5.conf per process "
+                "(list every realm in it)"
+            )
+        seen = (index, conf)
+
+
 _SASL_BUILDERS: dict[str, Callable[[dict[str, Any], str, Mapping[str, str]], SaslSettings]] = {
     "PLAIN": _build_password_sasl,
     "SCRAM-SHA-256": _build_password_sasl,
     "SCRAM-SHA-512": _build_password_sasl,
+    "GSSAPI": _build_gssapi_sasl,
 }
 """One builder per mechanism of SASL_MECHANISMS; each checks the fields its mechanism needs."""
 
@@ -669,6 +750,7 @@ def load_settings(
             "--bootstrap-servers / KTE_CLUSTER_BOOTSTRAP_SERVERS)"
         )
     built = tuple(_build_cluster(c, f"clusters[{i}]", env) for i, c in enumerate(clusters))
+    _check_one_krb5_conf(built)
     seen: set[str] = set()
     for index, cluster in enumerate(built):
         if cluster.name in seen:

@@ -38,7 +38,7 @@ from exporter.collect.errors import UNSUPPORTED_VERSION, error_name
 from exporter.collect.fastdecode import Decoder, decode_response
 from exporter.collect.fastencode import LeanRequest
 from exporter.collect.parse import parse_finalized_features
-from exporter.collect.sasl.login import SaslLogin
+from exporter.collect.sasl.login import PASSWORD_MECHANISMS, PasswordLogin, SaslLogin
 from exporter.model import FinalizedFeatures
 from exporter.settings import DEFAULT_MAX_RESPONSE_BYTES, SaslSettings, TlsSettings
 from exporter.tlsfiles import load_cert_chain, require_regular_file
@@ -142,10 +142,25 @@ class BrokerConnection:
         """From the last ApiVersions answer (v3+); None when it carried none."""
         self.finalized_features_read_at = 0.0
         """`time.monotonic()` of that answer."""
+        self.reauthenticate_at: float | None = None
+        """`time.monotonic()` after which a new connection should replace this one: the
+        broker limits the SASL session (connections.max.reauth.ms, a ticket's or token's end)."""
 
     @property
     def is_open(self) -> bool:
         return self._writer is not None and self._closed_error is None
+
+    @property
+    def session_ending(self) -> bool:
+        """The broker's SASL session limit is near: open a new connection for new requests."""
+        return self.reauthenticate_at is not None and time.monotonic() >= self.reauthenticate_at
+
+    async def close_when_idle(self) -> None:
+        """Close once the requests in flight have their answers (or fail)."""
+        pending = [future for _, _, future in self._pending.values()]
+        if pending:
+            await asyncio.wait(pending)
+        await self.close()
 
     async def connect(self) -> None:
         """Open the socket, negotiate ApiVersions, authenticate. Raises `CollectError`."""
@@ -257,12 +272,20 @@ class BrokerConnection:
 
         login = self._options.login
         if login is None:
-            from exporter.collect.sasl.logins import make_login
-
-            login = make_login(sasl)
+            # A connection made without its cluster's login (tests, one-off tools): only the
+            # password mechanisms, which prepare nothing. (Not `logins.make_login`: the other
+            # logins raise this module's errors, and import it.)
+            if sasl.mechanism not in PASSWORD_MECHANISMS:
+                raise AuthenticationFailed(f"SASL {sasl.mechanism} needs its cluster's login")
+            login = PasswordLogin(sasl)
         options = await login.mechanism_options()
         try:
-            mechanism = get_sasl_mechanism(sasl.mechanism)(
+            # A login may bring its own mechanism class (GSSAPI: to hand the cluster's
+            # credentials to the exchange, which kafka-python's own class does not take).
+            mechanism_class = getattr(login, "mechanism_class", None) or get_sasl_mechanism(
+                sasl.mechanism
+            )
+            mechanism = mechanism_class(
                 host=self.host,
                 security_protocol=security_protocol,
                 sasl_mechanism=sasl.mechanism,
@@ -272,6 +295,7 @@ class BrokerConnection:
             raise AuthenticationFailed(f"unsupported SASL mechanism {sasl.mechanism}") from exc
         version = self.version_for(SaslAuthenticateRequest)
         rounds = 0
+        response: Any = None
         while not mechanism.is_done():
             rounds += 1
             if rounds > 5:
@@ -292,6 +316,12 @@ class BrokerConnection:
                 raise AuthenticationFailed(f"SASL {sasl.mechanism}: {exc}") from exc
         if not mechanism.is_authenticated():
             raise AuthenticationFailed(f"SASL {sasl.mechanism}: not authenticated")
+        lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0
+        if lifetime_ms > 0:
+            # KIP-368: past this lifetime the broker closes the connection at its next
+            # request. The pool replaces the connection before then (at 85 %, where Kafka's
+            # Java client re-authenticates), logging in again with fresh credentials.
+            self.reauthenticate_at = time.monotonic() + lifetime_ms / 1000 * 0.85
 
     def version_for(self, request_class: Any, max_version: int | None = None) -> int:
         """Best version both this client and the broker support (capped by `max_version`)."""
@@ -453,18 +483,25 @@ class ConnectionPool:
         self._options = options
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
 
     async def get(self, host: str, port: int) -> BrokerConnection:
         key = (host, port)
         connection = self._connections.get(key)
-        if connection is not None and connection.is_open:
+        if connection is not None and connection.is_open and not connection.session_ending:
             return connection
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             connection = self._connections.get(key)
-            if connection is not None and connection.is_open:
+            if connection is not None and connection.is_open and not connection.session_ending:
                 return connection
-            if connection is not None:
+            if connection is not None and connection.is_open:
+                # Its SASL session ends soon: new requests go to a new connection; the
+                # answers in flight on this one are still read.
+                task = asyncio.get_running_loop().create_task(connection.close_when_idle())
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+            elif connection is not None:
                 await connection.close()
             connection = BrokerConnection(host, port, self._options)
             await connection.connect()
