@@ -457,8 +457,14 @@ def cluster_env_vars() -> dict[str, tuple[str, ...]]:
         names[_env_name("cluster", key)] = (key,)
     for section, fields in _NESTED_CLUSTER_FIELDS.items():
         for key in fields:
+            if key in _FILE_ONLY_SECTIONS:
+                continue
             names[_env_name("cluster", section, key)] = (section, key)
     return names
+
+
+_FILE_ONLY_SECTIONS = frozenset({"gssapi"})
+"""Nested mappings (a mechanism's own settings): given in the config file, not one variable."""
 
 
 WEB_LOG_ENV_VARS: dict[str, tuple[str, str]] = {
@@ -826,7 +832,9 @@ def env_help() -> str:
         "  KTE_CLUSTER_LABELS takes name=value,name=value; KTE_CLUSTER_BOOTSTRAP_SERVERS takes\n"
         "  host:port,host:port. Passwords are never given inline: use\n"
         "  KTE_CLUSTER_SASL_PASSWORD_FILE or KTE_CLUSTER_SASL_PASSWORD_ENV (name of the variable\n"
-        "  holding it). Durations accept seconds or strings like 30s, 5m, 1h."
+        "  holding it). Durations accept seconds or strings like 30s, 5m, 1h. Kerberos\n"
+        "  (sasl.mechanism GSSAPI: principal, keytab_file, ccache, service_name, krb5_conf_file)\n"
+        "  is configured in the file's sasl.gssapi section."
     )
 
 
