@@ -158,9 +158,11 @@ class BrokerConnection:
     async def close_when_idle(self) -> None:
         """Close once the requests in flight have their answers (or fail)."""
         pending = [future for _, _, future in self._pending.values()]
-        if pending:
-            await asyncio.wait(pending)
-        await self.close()
+        try:
+            if pending:
+                await asyncio.wait(pending)
+        finally:
+            await self.close()
 
     async def connect(self) -> None:
         """Open the socket, negotiate ApiVersions, authenticate. Raises `CollectError`."""
@@ -282,15 +284,17 @@ class BrokerConnection:
         try:
             # A login may bring its own mechanism class (GSSAPI: to hand the cluster's
             # credentials to the exchange, which kafka-python's own class does not take).
-            mechanism_class = getattr(login, "mechanism_class", None) or get_sasl_mechanism(
-                sasl.mechanism
-            )
-            mechanism = mechanism_class(
+            own_class = getattr(login, "mechanism_class", None)
+            make = functools.partial(
+                own_class or get_sasl_mechanism(sasl.mechanism),
                 host=self.host,
                 security_protocol=security_protocol,
                 sasl_mechanism=sasl.mechanism,
                 **options,
             )
+            # A login's own class may ask a server while it is made (GSSAPI: the KDC for the
+            # broker's service ticket): in a thread, so that the other connections go on.
+            mechanism = await asyncio.to_thread(make) if own_class is not None else make()
         except (KeyError, kafka_errors.KafkaError) as exc:
             raise AuthenticationFailed(f"unsupported SASL mechanism {sasl.mechanism}") from exc
         version = self.version_for(SaslAuthenticateRequest)
@@ -522,6 +526,10 @@ class ConnectionPool:
         connections, self._connections = self._connections, {}
         for connection in connections.values():
             await connection.close()
+        retiring = list(self._retiring)
+        for task in retiring:
+            task.cancel()  # it closes its connection
+        await asyncio.gather(*retiring, return_exceptions=True)
 
 
 def parse_bootstrap(server: str) -> tuple[str, int]:
