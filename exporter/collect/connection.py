@@ -502,6 +502,7 @@ class ConnectionPool:
             if connection is not None and connection.is_open:
                 # Its SASL session ends soon: new requests go to a new connection; the
                 # answers in flight on this one are still read.
+                del self._connections[key]
                 task = asyncio.get_running_loop().create_task(connection.close_when_idle())
                 self._retiring.add(task)
                 task.add_done_callback(self._retiring.discard)

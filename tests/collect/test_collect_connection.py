@@ -10,6 +10,7 @@ import asyncio
 import datetime
 import ipaddress
 import socket
+import time
 from collections.abc import Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -340,3 +341,33 @@ def test_parse_bootstrap() -> None:
     assert parse_bootstrap("h:1") == ("h", 1)
     assert parse_bootstrap("[::1]:9093") == ("::1", 9093)
     assert parse_bootstrap("kafka") == ("kafka", 9092)
+
+
+def test_a_connection_whose_sasl_session_ends_is_replaced_after_its_answers_arrive(
+    sim: SimCluster,
+) -> None:
+    """A broker with connections.max.reauth.ms closes a connection whose SASL session ended at
+    its next request; the pool hands out a new connection once the session is near its end and
+    closes the old one after the answers in flight on it
+    (docs/kafka-semantics.md#kerberos-gssapi)."""
+
+    async def scenario() -> tuple[bool, bool, str, bool]:
+        pool = ConnectionPool(options())
+        try:
+            first = await pool.get(*address(sim))
+            in_flight = asyncio.ensure_future(first.request(metadata_request(first), 5.0))
+            await asyncio.sleep(0)  # the request is written
+            first.reauthenticate_at = time.monotonic()  # its session is at its limit
+            second = await pool.get(*address(sim))
+            answer = await in_flight
+            deadline = time.monotonic() + 10
+            while first.is_open and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            same = second is await pool.get(*address(sim))
+            return second is not first, same, answer.cluster_id, first.is_open
+        finally:
+            await pool.close()
+
+    replaced, kept, cluster_id, old_open = run(scenario())
+    assert (replaced, kept, old_open) == (True, True, False)
+    assert cluster_id.startswith("corr-")
