@@ -12,6 +12,7 @@ Facts relied on: docs/kafka-semantics.md#kerberos-gssapi.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -179,16 +180,20 @@ def scan(tmp_path: Path, world: World, **gssapi: str) -> subprocess.CompletedPro
     )
 
 
+def assert_no_keytab_bytes(output: bytes, keytab: Path) -> None:
+    """No 12-byte window of the keytab (its keys are 16 and 32 bytes), raw, hex or base64."""
+    data = keytab.read_bytes()
+    for start in range(0, len(data) - 12, 3):
+        window = data[start:start + 12]
+        for form in (window, window.hex().encode(), base64.b64encode(window)):
+            assert form not in output
+
+
 def error_line(result: subprocess.CompletedProcess[str], *keytabs: Path) -> str:
     """The one `error:` line; no traceback, and no keytab byte in any output."""
     assert "Traceback" not in result.stderr
-    output = (result.stdout + result.stderr).encode()
     for keytab in keytabs:
-        data = keytab.read_bytes()
-        # Every 12-byte window of the keytab (its keys are 16 and 32 bytes), raw or as hex.
-        for start in range(0, len(data) - 12, 4):
-            window = data[start:start + 12]
-            assert window not in output and window.hex().encode() not in output
+        assert_no_keytab_bytes((result.stdout + result.stderr).encode(), keytab)
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, result.stderr
     return lines[0]
@@ -265,20 +270,24 @@ def test_serve_renews_the_ticket_from_the_keytab_without_a_gap(
         "sasl": {"mechanism": "GSSAPI", "gssapi": world.gssapi()},
     }]}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KTE_", "KRB5"))}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(config),
-         "--web.listen-address", "127.0.0.1", "--web.port", "0", "--log.format", "json"],
-        env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
+    log = tmp_path / "serve.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--config", str(config),
+             "--web.listen-address", "127.0.0.1", "--web.port", "0", "--log.format", "json",
+             "--log.level", "debug"],
+            env=env, stderr=stderr, stdout=subprocess.DEVNULL, text=True,
+        )
     try:
-        assert proc.stderr is not None
+        deadline = time.monotonic() + 180
         url = ""
         while not url:
-            line = proc.stderr.readline()
-            assert line, "serve exited before it listened"
-            if '"exporter_started"' in line:
-                url = str(json.loads(line)["listen"])
-        deadline = time.monotonic() + 180
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "serve did not log exporter_started"
+            for line in log.read_text().splitlines():
+                if '"exporter_started"' in line:
+                    url = str(json.loads(line)["listen"])
+            time.sleep(0.2)
         seen: list[dict[str, float]] = []
         while True:
             values = scrape(url)
@@ -304,6 +313,13 @@ def test_serve_renews_the_ticket_from_the_keytab_without_a_gap(
     assert len(after) >= 20
     assert all(v["kafka_txn_exporter_up"] == 1 for v in after), after
     assert all(v["kafka_txn_exporter_broker_up"] == 1 for v in after), after
+    # The renewals in the daemon's own log, and no keytab byte in it (debug level).
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    renewals = [e for e in events if e.get("event") == "kerberos_credentials" and e["renewed"]]
+    assert len(renewals) >= 2, events[-5:]
+    assert {e["principal"] for e in renewals} == {f"exporter@{REALM}"}
+    assert "Traceback" not in log.read_text()
+    assert_no_keytab_bytes(log.read_bytes(), world.realm.exporter_keytab)
 
 
 def test_kdc_down_fails_a_new_login_but_the_ticket_in_hand_keeps_serving(
