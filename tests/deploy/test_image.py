@@ -574,11 +574,13 @@ def test_image_venv_holds_exactly_the_exporter_and_its_runtime_dependencies(
     env: dict[str, str] = listed["env"]
     installed = {canonicalize_name(d["name"]): d for d in listed["dists"]}
 
-    # Resolve pyproject.toml's runtime dependencies through the installed distributions'
-    # own requirements (markers evaluated for the image's interpreter, no extras).
+    # Resolve pyproject.toml's runtime dependencies and the extra the image always has
+    # (kerberos) through the installed distributions' own requirements (markers evaluated
+    # for the image's interpreter).
     project = _project()
     needed: dict[str, SpecifierSet] = {}
-    todo = [Requirement(r) for r in project["dependencies"]]
+    todo = [Requirement(r) for r in [*project["dependencies"],
+                                     *project["optional-dependencies"]["kerberos"]]]
     while todo:
         req = todo.pop()
         if req.marker is not None and not Marker(str(req.marker)).evaluate(env):
