@@ -8,8 +8,8 @@
 #
 # Two stages built from the same base so the virtual environment's interpreter
 # symlinks stay valid when the venv is copied: the build stage runs
-# `pip install .` (all runtime dependencies ship wheels, so no compiler is
-# needed even there), the runtime stage only receives /opt/venv.
+# `pip install .` (with a compiler for the gssapi binding, which ships no Linux wheel), the
+# runtime stage only receives /opt/venv (MIT Kerberos' shared library is in the base).
 # Without Docker or a registry: scripts/build-image (buildah; PYTHON_IMAGE = a local
 # Debian stand-in for the base). tests/deploy/test_image.py builds and runs it that way.
 
@@ -32,15 +32,25 @@ COPY exporter ./exporter
 ARG REVISION=unknown
 RUN python -c 'import sys; open("exporter/_revision.py", "w").write(f"REVISION = {sys.argv[1]!r}\n")' "$REVISION"
 
-# Optional extras of the distribution, comma-separated: aws (botocore, for SASL mechanism
-# AWS_MSK_IAM) by default; e.g. EXTRAS=aws,history (pyarrow, for the Helm chart's
-# config.history).
+# Optional extras of the distribution besides kerberos (always in the image),
+# comma-separated: aws (botocore, for SASL mechanism AWS_MSK_IAM) by default; e.g.
+# EXTRAS=aws,history (pyarrow, for the Helm chart's config.history).
 ARG EXTRAS="aws"
+
+# The kerberos extra's `gssapi` binding ships no Linux wheel: it is compiled here against
+# Debian's MIT Kerberos (headers and krb5-config), and Python's headers when the base lacks
+# them. Only this stage has the compiler; the runtime stage gets the shared libraries.
+# hadolint ignore=DL3008,SC2086
+RUN apt-get update \
+    && include="$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+    && headers="libkrb5-dev" && { [ -e "$include/Python.h" ] || headers="libkrb5-dev python3-dev"; } \
+    && apt-get install -y --no-install-recommends gcc libc6-dev $headers \
+    && rm -rf /var/lib/apt/lists/*
 
 # `pip install .` pre-compiles the installed modules to .pyc, so the runtime
 # never needs to write bytecode (read-only root filesystem).
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir "/src${EXTRAS:+[$EXTRAS]}" \
+    && /opt/venv/bin/pip install --no-cache-dir "/src[kerberos${EXTRAS:+,$EXTRAS}]" \
     && /opt/venv/bin/kafka-txn-exporter --version
 
 
@@ -68,6 +78,10 @@ RUN groupadd --system --gid 10001 exporter \
        --home-dir /nonexistent --shell /usr/sbin/nologin exporter
 
 COPY --from=build /opt/venv /opt/venv
+
+# The gssapi binding loads MIT Kerberos' libgssapi_krb5.so.2, which the base already has
+# (Python's standard library pulls it in through libtirpc); fail the build if it does not.
+RUN /opt/venv/bin/python -c "import gssapi.raw"
 
 # PYTHONDONTWRITEBYTECODE: never try to write __pycache__ under a read-only root.
 # The health-check URL is overridable for deployments that change web.port.

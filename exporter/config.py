@@ -38,6 +38,7 @@ from exporter.settings import (
     AwsMskIamSettings,
     ClusterSettings,
     ExporterSettings,
+    GssapiSettings,
     HistorySettings,
     OAuthBearerSettings,
     SaslSettings,
@@ -50,7 +51,8 @@ CLUSTER_ENV_PREFIX = "KTE_CLUSTER_"
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM",
+                   "GSSAPI")
 
 _LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -506,6 +508,38 @@ def _oauthbearer_section(value: Any, path: str) -> dict[str, Any]:
     return _parse_section(value, _OAUTHBEARER_FIELDS, path)
 
 
+_KERBEROS_NAME_RE = re.compile(r"[^\s@/]+(/[^\s@/]+)*(@[^\s@/]+)?")
+
+
+def _kerberos_principal(value: Any, path: str) -> str:
+    text = _str(value, path).strip()
+    if not _KERBEROS_NAME_RE.fullmatch(text):
+        raise ConfigError(f"{path}: expected a Kerberos principal like name@REALM or "
+                          f"name/host@REALM, got {_clip(text)}")
+    return text
+
+
+def _kerberos_service_name(value: Any, path: str) -> str:
+    text = _str(value, path).strip()
+    if not re.fullmatch(r"[^\s@/]+", text):
+        raise ConfigError(f"{path}: expected the first part of the brokers' principal (like "
+                          f"kafka, without / or @), got {_clip(text)}")
+    return text
+
+
+_GSSAPI_FIELDS: dict[str, Parser] = {
+    "principal": _kerberos_principal,
+    "keytab_file": _existing_file,
+    "ccache": _str,
+    "service_name": _kerberos_service_name,
+    "krb5_conf_file": _existing_file,
+}
+
+
+def _gssapi_section(value: Any, path: str) -> dict[str, Any]:
+    return _parse_section(value, _GSSAPI_FIELDS, path)
+
+
 _SASL_FIELDS: dict[str, Parser] = {
     "mechanism": _choice(SASL_MECHANISMS, upper=True),
     "username": _str,
@@ -515,6 +549,7 @@ _SASL_FIELDS: dict[str, Parser] = {
         {} if value is None else value, _AWS_MSK_IAM_FIELDS, path
     ),
     "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
+    "gssapi": _gssapi_section,
 }
 _SASL_SECTION_FIELDS: dict[str, dict[str, Parser]] = {
     "oauthbearer": _OAUTHBEARER_FIELDS,
@@ -522,7 +557,8 @@ _SASL_SECTION_FIELDS: dict[str, dict[str, Parser]] = {
 }
 """Keys of `sasl` that hold a mechanism's own mapping: one variable per field of it
 (`KTE_CLUSTER_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL`), none for the mapping itself."""
-_SASL_SECTIONS = tuple(_SASL_SECTION_FIELDS)
+_SASL_SECTIONS = (*_SASL_SECTION_FIELDS, "gssapi")
+"""Every mechanism's own section under `sasl` (gssapi is set in the file only)."""
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "describe_producers_batch_size": (1, 100_000),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
@@ -582,12 +618,18 @@ def cluster_env_vars() -> dict[str, tuple[str, ...]]:
         names[_env_name("cluster", key)] = (key,)
     for section, fields in _NESTED_CLUSTER_FIELDS.items():
         for key in fields:
+            if key in _FILE_ONLY_SECTIONS:
+                continue
             if section == "sasl" and key in _SASL_SECTION_FIELDS:
                 for sub in _SASL_SECTION_FIELDS[key]:
                     names[_env_name("cluster", section, key, sub)] = (section, key, sub)
                 continue
             names[_env_name("cluster", section, key)] = (section, key)
     return names
+
+
+_FILE_ONLY_SECTIONS = frozenset({"gssapi"})
+"""Nested mappings (a mechanism's own settings): given in the config file, not one variable."""
 
 
 WEB_LOG_ENV_VARS: dict[str, tuple[str, str]] = {
@@ -772,12 +814,56 @@ def _build_oauthbearer_sasl(
     ))
 
 
+def _build_gssapi_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str]) -> SaslSettings:
+    """Kerberos: a principal and its keytab, or a credential cache kept fresh elsewhere."""
+    for key in ("username", "password_file", "password_env"):
+        if key in raw:
+            raise ConfigError(f"{path}.{key}: not used by GSSAPI (give gssapi.principal and "
+                              "gssapi.keytab_file)")
+    section = raw.get("gssapi")
+    if section is None:
+        raise ConfigError(f"{path}.gssapi: required for mechanism GSSAPI (principal and "
+                          "keytab_file, or ccache)")
+    keytab = section.get("keytab_file")
+    if keytab is not None:
+        if "principal" not in section:
+            raise ConfigError(f"{path}.gssapi.principal: required with keytab_file")
+        if not os.access(keytab, os.R_OK):
+            raise ConfigError(f"{path}.gssapi.keytab_file: {keytab!r} is not readable")
+    try:
+        import gssapi  # noqa: F401  (the optional extra: refuse the config without it)
+    except (ImportError, OSError):
+        raise ConfigError(
+            f"{path}.mechanism: GSSAPI needs the Python package gssapi and the MIT Kerberos "
+            "libraries (pip install 'kafka-txn-exporter[kerberos]'; the image has them)"
+        ) from None
+    return SaslSettings(mechanism="GSSAPI", gssapi=GssapiSettings(**section))
+
+
+def _check_one_krb5_conf(clusters: tuple[ClusterSettings, ...]) -> None:
+    """The Kerberos library reads one krb5.conf per process: clusters must agree on it."""
+    seen: tuple[int, str] | None = None
+    for index, cluster in enumerate(clusters):
+        gssapi_settings = cluster.sasl.gssapi if cluster.sasl is not None else None
+        conf = gssapi_settings.krb5_conf_file if gssapi_settings is not None else None
+        if conf is None:
+            continue
+        if seen is not None and conf != seen[1]:
+            raise ConfigError(
+                f"clusters[{index}].sasl.gssapi.krb5_conf_file: differs from "
+                f"clusters[{seen[0]}]'s; the Kerberos library reads one krb5.conf per process "
+                "(list every realm in it)"
+            )
+        seen = (index, conf)
+
+
 _SASL_BUILDERS: dict[str, Callable[[dict[str, Any], str, Mapping[str, str]], SaslSettings]] = {
     "PLAIN": _build_password_sasl,
     "SCRAM-SHA-256": _build_password_sasl,
     "SCRAM-SHA-512": _build_password_sasl,
     "AWS_MSK_IAM": _build_aws_msk_iam_sasl,
     "OAUTHBEARER": _build_oauthbearer_sasl,
+    "GSSAPI": _build_gssapi_sasl,
 }
 
 SASL_MECHANISMS_NEEDING_TLS = ("AWS_MSK_IAM",)
@@ -933,6 +1019,7 @@ def load_settings(
             "--bootstrap-servers / KTE_CLUSTER_BOOTSTRAP_SERVERS)"
         )
     built = tuple(_build_cluster(c, f"clusters[{i}]", env) for i, c in enumerate(clusters))
+    _check_one_krb5_conf(built)
     seen: set[str] = set()
     for index, cluster in enumerate(built):
         if cluster.name in seen:
@@ -1027,7 +1114,9 @@ def env_help() -> str:
         "  KTE_CLUSTER_SASL_PASSWORD_FILE or KTE_CLUSTER_SASL_PASSWORD_ENV (name of the variable\n"
         "  holding it); the same for the OAUTHBEARER client secret\n"
         "  (KTE_CLUSTER_SASL_OAUTHBEARER_CLIENT_SECRET_FILE or _ENV), whose SASL extensions take\n"
-        "  name=value,name=value. Durations accept seconds or strings like 30s, 5m, 1h."
+        "  name=value,name=value. Durations accept seconds or strings like 30s, 5m, 1h. Kerberos\n"
+        "  (sasl.mechanism GSSAPI: principal, keytab_file, ccache, service_name, krb5_conf_file)\n"
+        "  is configured in the file's sasl.gssapi section."
     )
 
 

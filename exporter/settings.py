@@ -45,6 +45,22 @@ class OAuthBearerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class GssapiSettings:
+    """Kerberos: a principal with its keytab (tickets renewed from it), or an existing
+    credential cache someone else keeps fresh (kinit, a sidecar)."""
+
+    principal: str | None = None
+    """None: the default principal of `ccache` (only without a keytab)."""
+    keytab_file: str | None = None
+    ccache: str | None = None
+    """A credential cache name (FILE:/path, DIR:..., KEYRING:...); None with a keytab means a
+    private in-memory cache per cluster."""
+    service_name: str = "kafka"
+    """First part of the brokers' service principal: <service_name>/<broker host>@REALM."""
+    krb5_conf_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SaslSettings:
     """`mechanism` picks which of the other fields apply: `username` and `password` for PLAIN
     and SCRAM; each other mechanism has a record of its own below."""
@@ -54,6 +70,7 @@ class SaslSettings:
     password: str = field(default="", repr=False)
     aws_msk_iam: AwsMskIamSettings | None = None
     oauthbearer: OAuthBearerSettings | None = None
+    gssapi: GssapiSettings | None = None
 
 
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024

@@ -300,6 +300,7 @@ def _schema_keys() -> set[str]:
         keys |= set(fields)
     for fields in config_module._SASL_SECTION_FIELDS.values():  # sasl.oauthbearer, ...
         keys |= set(fields)
+    keys |= set(config_module._GSSAPI_FIELDS)  # sasl.gssapi (file only)
     return keys | set(config_module._NESTED_CLUSTER_FIELDS) | {"clusters"}
 
 

@@ -274,17 +274,24 @@ class BrokerConnection:
 
         options = await login.mechanism_options()
         try:
-            mechanism = get_sasl_mechanism(wire_mechanism)(
+            # A login may bring its own mechanism class (GSSAPI: to hand the cluster's
+            # credentials to the exchange, which kafka-python's own class does not take).
+            own_class = getattr(login, "mechanism_class", None)
+            make = functools.partial(
+                own_class or get_sasl_mechanism(wire_mechanism),
                 host=self.host,
                 security_protocol=security_protocol,
                 sasl_mechanism=wire_mechanism,
                 **options,
             )
+            # A login's own class may ask a server while it is made (GSSAPI: the KDC for the
+            # broker's service ticket): in a thread, so that the other connections go on.
+            mechanism = await asyncio.to_thread(make) if own_class is not None else make()
         except (KeyError, kafka_errors.KafkaError) as exc:
             raise AuthenticationFailed(f"unsupported SASL mechanism {sasl.mechanism}") from exc
         version = self.version_for(SaslAuthenticateRequest)
         rounds = 0
-        response = None
+        response: Any = None
         while not mechanism.is_done():
             rounds += 1
             if rounds > 5:

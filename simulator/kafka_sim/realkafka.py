@@ -185,6 +185,9 @@ class Listener:
 
     name: str
     protocol: str
+    advertised_host: str = "127.0.0.1"
+    """The host name clients are told (it binds 127.0.0.1 either way): `localhost` for a
+    Kerberos listener, whose service principal names the host."""
 
 
 @dataclass
@@ -293,7 +296,7 @@ class RealKafkaCluster:
         for listener in self.listeners:
             port = node.extra_ports[listener.name]
             listeners.append(f"{listener.name}://127.0.0.1:{port}")
-            advertised.append(f"{listener.name}://127.0.0.1:{port}")
+            advertised.append(f"{listener.name}://{listener.advertised_host}:{port}")
             protocol_map.append(f"{listener.name}:{listener.protocol}")
         listeners.append(f"CONTROLLER://127.0.0.1:{node.controller_port}")
         replication = str(min(3, self.nodes))

@@ -574,13 +574,13 @@ def test_image_venv_holds_exactly_the_exporter_and_its_runtime_dependencies(
     env: dict[str, str] = listed["env"]
     installed = {canonicalize_name(d["name"]): d for d in listed["dists"]}
 
-    # Resolve pyproject.toml's runtime dependencies and the image's default extra (aws, for
-    # AWS_MSK_IAM) through the installed distributions' own requirements (markers evaluated
-    # for the image's interpreter, no further extras).
+    # Resolve pyproject.toml's runtime dependencies and the image's extras -- kerberos (always)
+    # and aws (the default EXTRAS, for AWS_MSK_IAM) -- through the installed distributions' own
+    # requirements (markers evaluated for the image's interpreter, no further extras).
     project = _project()
     needed: dict[str, SpecifierSet] = {}
-    todo = [Requirement(r) for r in
-            [*project["dependencies"], *project["optional-dependencies"]["aws"]]]
+    extras = project["optional-dependencies"]
+    todo = [Requirement(r) for r in [*project["dependencies"], *extras["kerberos"], *extras["aws"]]]
     while todo:
         req = todo.pop()
         if req.marker is not None and not Marker(str(req.marker)).evaluate(env):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from exporter.settings import SaslSettings
 
 
 class SaslLogin(Protocol):
@@ -19,3 +22,23 @@ class SaslLogin(Protocol):
         Raises a `CollectError` (AuthenticationFailed, BrokerUnreachable, RequestTimeout) that
         names the cause, never a credential."""
         ...
+
+
+PASSWORD_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordLogin:
+    """PLAIN and SCRAM: a user name and a password, nothing to renew."""
+
+    sasl: SaslSettings
+
+    @property
+    def mechanism(self) -> str:
+        return self.sasl.mechanism
+
+    async def mechanism_options(self) -> dict[str, Any]:
+        return {
+            "sasl_plain_username": self.sasl.username,
+            "sasl_plain_password": self.sasl.password,
+        }

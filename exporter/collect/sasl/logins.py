@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from exporter.collect.sasl.login import SaslLogin
+from exporter.collect.sasl.login import PasswordLogin, SaslLogin
 from exporter.collect.sasl.oauthbearer import OAuthBearerLogin
 from exporter.settings import SaslSettings
 
 
-@dataclass(frozen=True, slots=True)
-class PasswordLogin:
-    """PLAIN and SCRAM: a user name and a password, nothing to renew."""
+def _gssapi_login(sasl: SaslSettings) -> SaslLogin:
+    # Imported here: it loads kafka-python's network client, which only SASL needs.
+    from exporter.collect.sasl.gssapi import GssapiLogin
 
-    sasl: SaslSettings
-
-    @property
-    def mechanism(self) -> str:
-        return self.sasl.mechanism
-
-    async def mechanism_options(self) -> dict[str, Any]:
-        return {
-            "sasl_plain_username": self.sasl.username,
-            "sasl_plain_password": self.sasl.password,
-        }
+    return GssapiLogin(sasl)
 
 
 def _aws_msk_iam_login(sasl: SaslSettings) -> SaslLogin:
@@ -40,6 +28,7 @@ LOGINS: dict[str, Callable[[SaslSettings], SaslLogin]] = {
     "SCRAM-SHA-512": PasswordLogin,
     "AWS_MSK_IAM": _aws_msk_iam_login,
     "OAUTHBEARER": OAuthBearerLogin,
+    "GSSAPI": _gssapi_login,
 }
 
 
