@@ -306,7 +306,7 @@ def _schema_keys() -> set[str]:
 
 def _example_keys(text: str) -> set[str]:
     """Every key the example shows, set or commented out (`# key: value`)."""
-    return set(re.findall(r"^\s*(?:#\s*)?(?:-\s+)?([a-z_]+):(?:\s|$)", text, flags=re.M))
+    return set(re.findall(r"^\s*(?:#\s*)?(?:-\s+)?([a-z][a-z0-9_]*):(?:\s|$)", text, flags=re.M))
 
 
 def test_example_config_shows_every_key_and_only_real_ones() -> None:
