@@ -131,6 +131,28 @@ def describe_transaction(cluster: RealKafkaCluster, transactional_id: str) -> di
     return dict(zip(header, values, strict=False))
 
 
+def listed_producers(cluster: RealKafkaCluster) -> dict[int, str]:
+    """Producer id -> transactional id from the broker's own ListTransactions (v0, one
+    coordinator: the clients' broker has one node); empty while the broker does not answer."""
+    from kafka.protocol.admin.transactions import ListTransactionsRequest
+    from kafka_sim.client import RawKafkaClient
+
+    host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+    try:
+        client = RawKafkaClient(host, int(port))
+    except OSError:
+        return {}
+    try:
+        response = client.request(
+            ListTransactionsRequest(version=0, state_filters=[], producer_id_filters=[])
+        )
+    except (OSError, EOFError):
+        return {}
+    finally:
+        client.close()
+    return {int(t.producer_id): str(t.transactional_id) for t in response.transaction_states}
+
+
 # --------------------------------------------------------------------------- the exporter
 
 
@@ -199,8 +221,17 @@ class VerdictLoop:
     phase: str = "start"
     records: list[PollRecord] = field(default_factory=list)
     failure: BaseException | None = None
+    producer_ids: dict[int, str] = field(default_factory=dict)
+    """Producer id -> transactional id, from every poll's coordinator view. The exporter maps
+    only the producers of transactions it asks the coordinators about (those seen open on two
+    polls in a row); a producer id keeps its transactional id, so one mapping names them all."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def transactional_id(self, verdict: Verdict) -> str | None:
+        """The verdict's transactional id, or the one its producer id had on another poll or
+        in the broker's own ListTransactions answer."""
+        return verdict.transactional_id or self.producer_ids.get(verdict.producer_id)
 
     def run(self) -> None:
         try:
@@ -212,7 +243,10 @@ class VerdictLoop:
                         started, self.phase, observation, snapshot,
                         verdicts_of(observation, snapshot, self.topics),
                     )  # fmt: skip
+                    listed = listed_producers(self.cluster)
                     with self._cond:
+                        self.producer_ids.update(listed)
+                        self.producer_ids.update(observation.transactional_ids)
                         self.records.append(record)
                         self._cond.notify_all()
                     self._stop.wait(max(0.0, started + self.interval_s - time.monotonic()))
@@ -290,3 +324,80 @@ def wipe_transaction_log(cluster: RealKafkaCluster, node_id: int = 1) -> int:
         shutil.rmtree(directory)
         removed += 1
     return removed
+
+
+@dataclass
+class Lines:
+    """Every stdout line of a child, read in a thread, to wait on (a state it announced)."""
+
+    child: subprocess.Popen[str]
+    log: Path
+    lines: list[str] = field(default_factory=list)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.child.stdout is not None
+        for line in self.child.stdout:
+            with self._cond:
+                self.lines.append(line.strip())
+                self._cond.notify_all()
+
+    def wait(
+        self, what: str, predicate: Callable[[str], bool], timeout_s: float, start: int = 0
+    ) -> int:
+        """The index of the first line from `start` on that satisfies `predicate`."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for index in range(start, len(self.lines)):
+                    if predicate(self.lines[index]):
+                        return index
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self.child.poll() is not None and not remaining):
+                    tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+                    raise AssertionError(
+                        f"{what}: not within {timeout_s} s (rc={self.child.poll()}, "
+                        f"lines={self.lines[-5:]}): {tail}"
+                    )
+                self._cond.wait(min(remaining, 1.0))
+
+
+@dataclass
+class Feed:
+    """A plain (not transactional) librdkafka producer writing to `topic` in a thread until
+    stopped: input for a stream processor."""
+
+    bootstrap: str
+    topic: str
+    sent: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Feed:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        while not self._stop.is_set():
+            for _ in range(20):
+                try:
+                    producer.produce(self.topic, key=str(self.sent).encode(), value=b"x")
+                except BufferError:  # its queue is full while the broker is away: wait
+                    producer.poll(0.5)
+                    continue
+                self.sent += 1
+            producer.poll(0)
+            self._stop.wait(0.02)
+        producer.flush(30)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)

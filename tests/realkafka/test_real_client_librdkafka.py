@@ -63,10 +63,9 @@ def test_librdkafka_transactions_back_to_back_get_no_false_verdicts(
     loop = running.loop
     assert loop.false_verdicts() == []
     seen = [v for r in loop.records for v in r.verdicts]
-    # Every open transaction the exporter saw was this producer's, under its id; whenever the
-    # coordinator had been asked it tracked the partition.
+    # Every open transaction the exporter saw was this producer's, under its id.
+    assert seen, "no transaction was ever seen open"
     assert {v.transactional_id for v in seen} <= {txn_id, None}
-    assert all(v.tracked in (True, None) for v in seen), [v for v in seen if v.tracked is False]
     assert list_transactions(clients_kafka)[txn_id].state == "CompleteCommit"
 
 
