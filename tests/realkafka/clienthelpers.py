@@ -57,9 +57,32 @@ def rdkafka_producer(*args: str, log: Path) -> subprocess.Popen[str]:
     return spawn([sys.executable, str(HERE / "rdkafka_producer.py"), *args], log)
 
 
-def java_app(lib: Path, classes: Path, main: str, *args: str, log: Path) -> subprocess.Popen[str]:
-    jvm = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
-    return spawn([java_command(), *jvm, "-cp", f"{lib}/*:{classes}", main, *args], log)
+FLINK_JVM = (
+    "-Xmx640m",
+    # What Flink's own launch scripts open on Java 17 (its serializers reflect on them).
+    *(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+        "java.lang", "java.lang.reflect", "java.util", "java.util.concurrent", "java.io",
+        "java.net", "java.nio", "sun.nio.ch", "java.time", "java.text", "java.math",
+    )),
+)  # fmt: skip
+
+
+def java_app(
+    lib: Path, classes: Path, main: str, *args: str, log: Path, jvm: Sequence[str] = ("-Xmx256m",)
+) -> subprocess.Popen[str]:
+    options = [*jvm, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    return spawn([java_command(), *options, "-cp", f"{lib}/*:{classes}", main, *args], log)
+
+
+def flink_home() -> Path:
+    """The Flink installation scripts/install-clients made (its version in flink-version)."""
+    marker = clients_home() / "flink-version"
+    assert marker.exists(), f"{marker} is missing: run scripts/install-clients"
+    home = clients_home() / f"flink-{marker.read_text().strip()}"
+    assert (home / "complete").exists() and (home / "classes").exists(), (
+        f"{home}: run scripts/install-clients"
+    )
+    return home
 
 
 def read_line(child: subprocess.Popen[str], prefix: str, timeout_s: float, log: Path) -> str:

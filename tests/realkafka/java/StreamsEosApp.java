@@ -14,8 +14,9 @@ import org.apache.kafka.streams.StreamsConfig;
  *
  *   StreamsEosApp BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR THREADS
  *
- * Prints "STATE <new state>" on every state change (flushed: the parent reads them). SIGTERM
- * closes it cleanly; SIGKILL is the fault.
+ * Prints "STATE <new state>" on every state change and, every second, "COMMITS <n>": the
+ * transactions its threads committed so far (Streams' commit-total metrics summed; flushed: the
+ * parent reads them). SIGTERM closes it cleanly; SIGKILL is the fault.
  */
 public final class StreamsEosApp {
     private StreamsEosApp() {}
@@ -54,6 +55,16 @@ public final class StreamsEosApp {
             closed.countDown();
         }));
         streams.start();
-        closed.await();
+        while (!closed.await(1, java.util.concurrent.TimeUnit.SECONDS)) {
+            double commits = 0;
+            for (var metric : streams.metrics().entrySet()) {
+                if (metric.getKey().name().equals("commit-total")
+                        && metric.getKey().group().equals("stream-thread-metrics")) {
+                    commits += ((Number) metric.getValue().metricValue()).doubleValue();
+                }
+            }
+            System.out.println("COMMITS " + (long) commits);
+            System.out.flush();
+        }
     }
 }
