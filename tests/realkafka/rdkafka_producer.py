@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 
 def _producer(bootstrap: str, transactional_id: str, timeout_ms: int) -> Producer:
@@ -36,14 +36,38 @@ def _producer(bootstrap: str, transactional_id: str, timeout_ms: int) -> Produce
     return producer
 
 
+def _anew(bootstrap: str, transactional_id: str) -> Producer:
+    """A new producer for the id (fencing the old one), asked again while the broker is away."""
+    while True:
+        try:
+            return _producer(bootstrap, transactional_id, 60000)
+        except KafkaException:
+            time.sleep(1)
+
+
 def loop(bootstrap: str, topic: str, transactional_id: str, count: int, partitions: int) -> None:
+    """As an application does: a transaction that fails is aborted (or, when the producer is
+    fenced or broken, the producer made anew) and the next one begins; the broker may restart
+    meanwhile. Prints "DONE <committed>"."""
     producer = _producer(bootstrap, transactional_id, 60000)
+    committed = 0
     for n in range(count):
-        producer.begin_transaction()
-        for partition in range(partitions):
-            producer.produce(topic, value=f"{transactional_id}:{n}".encode(), partition=partition)
-        producer.commit_transaction(60)
-    print(f"DONE {count}", flush=True)
+        try:
+            producer.begin_transaction()
+            for partition in range(partitions):
+                producer.produce(
+                    topic, value=f"{transactional_id}:{n}".encode(), partition=partition
+                )
+            producer.commit_transaction(60)
+            committed += 1
+        except KafkaException as exc:
+            try:
+                if not exc.args[0].txn_requires_abort():
+                    raise
+                producer.abort_transaction(60)
+            except KafkaException:
+                producer = _anew(bootstrap, transactional_id)
+    print(f"DONE {committed}", flush=True)
 
 
 def open_and_wait(

@@ -83,8 +83,12 @@ public final class FlinkEosJob {
         while (true) {
             if (Files.exists(cancel)) {
                 job.cancel().get();
-                while (!job.getJobStatus().get().isGloballyTerminalState()) {
-                    Thread.sleep(100);
+                try {
+                    // Ends exceptionally for a cancelled job (or once the MiniCluster that ran
+                    // it has shut down): either way the job is over.
+                    job.getJobExecutionResult().get();
+                } catch (Exception over) {
+                    System.err.println("job ended: " + over);
                 }
                 System.out.println("CANCELLED");
                 System.out.flush();
