@@ -39,6 +39,9 @@ from realhelpers import create_topic, unique
 UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 PARTITIONS = 4
 THREADS = 2
+COMMIT_INTERVAL_MS = 1000
+"""Not Streams' 100 ms: on a loaded machine a transaction must still be open when the instance
+is killed right after the exporter saw it (a poll takes up to a second there)."""
 STARTUP_S = 180.0
 
 
@@ -51,7 +54,7 @@ def _instance(cluster: RealKafkaCluster, version: str, app: str, topics: tuple[s
     log = tmp / f"streams-{name}.log"
     child = java_app(
         home / "lib", home / "classes", "StreamsEosApp", cluster.bootstrap, app, *topics,
-        str(state), str(THREADS), log=log,
+        str(state), str(THREADS), str(COMMIT_INTERVAL_MS), log=log,
     )  # fmt: skip
     return Lines(child, log)
 

@@ -12,8 +12,9 @@ import org.apache.kafka.streams.StreamsConfig;
  * real-client tests and the client soak run it: INPUT -> mapValues -> OUTPUT, stateless, so a
  * new instance gets a new process id (and new transactional ids).
  *
- *   StreamsEosApp BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR THREADS
+ *   StreamsEosApp BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR THREADS [COMMIT_INTERVAL_MS]
  *
+ * (commit.interval.ms: Streams' default under exactly-once, 100 ms, unless given.)
  * Prints "STATE <new state>" on every state change and, every second, "COMMITS <n>": the
  * transactions its threads committed so far (Streams' commit-total metrics summed; flushed: the
  * parent reads them). SIGTERM closes it cleanly; SIGKILL is the fault.
@@ -28,6 +29,7 @@ public final class StreamsEosApp {
         String output = args[3];
         String stateDir = args[4];
         int threads = Integer.parseInt(args[5]);
+        String commitIntervalMs = args.length > 6 ? args[6] : null;
 
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, applicationId);
@@ -40,6 +42,9 @@ public final class StreamsEosApp {
         // A killed instance's partitions move to the others after 6 s, not the default 45 s.
         p.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 6000);
         p.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 1000);
+        if (commitIntervalMs != null) {
+            p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.parseLong(commitIntervalMs));
+        }
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.<byte[], byte[]>stream(input).mapValues(v -> v).to(output);
