@@ -15,7 +15,6 @@ Kafka's behaviour relied on: docs/kafka-semantics.md#real-clients.
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 from clienthelpers import (
@@ -94,7 +93,6 @@ def test_a_killed_librdkafka_producer_is_tracked_until_its_coordinator_aborts_it
         )
         read_line(child, "OPEN", 90, log)
         kill9(child)
-        killed = time.monotonic()
         running.loop.phase = "producer killed"
         running.loop.wait_for("the open transaction, tracked", _tracked_open(txn_id, topic), 30)
         described = describe_transaction(clients_kafka, txn_id)
@@ -106,11 +104,10 @@ def test_a_killed_librdkafka_producer_is_tracked_until_its_coordinator_aborts_it
         clients_kafka.kill(1, signal.SIGTERM)
         clients_kafka.restart(1)
         running.loop.phase = "after restart"
-        gone = running.loop.wait_for(
+        running.loop.wait_for(
             "the coordinator's abort", lambda r: r.observation.brokers[0].up and not r.verdicts,
             timeout_ms / 1000 + 90,
         )  # fmt: skip
-        assert gone.started - killed > 0
     finally:
         running.stop()
     loop = running.loop
