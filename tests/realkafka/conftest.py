@@ -56,3 +56,20 @@ def real_kafka(
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def clients_kafka(
+    kafka_version: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealKafkaCluster]:
+    """A broker of the real-client tests' own (librdkafka, Kafka Streams, Flink): they restart
+    it and wipe its transaction log, which the shared broker's tests must not see. Partition
+    verification stays at its default (on): real clients add their partitions first."""
+    from clienthelpers import CLIENTS_BROKER_CONFIG
+
+    workdir = tmp_path_factory.mktemp(f"kafka-clients-{kafka_version}")
+    cluster = start_cluster(kafka_version, workdir, broker_config=CLIENTS_BROKER_CONFIG)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

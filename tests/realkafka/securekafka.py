@@ -133,10 +133,12 @@ def add_scram_users(cluster: RealKafkaCluster, passwords: Mapping[str, str]) -> 
     try:
         # One mechanism per request: a request may alter each user only once.
         for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
-            errors = admin.alter_user_scram_credentials([
-                UserScramCredentialUpsertion(user, mechanism, password, iterations=4096)
-                for user, password in passwords.items()
-            ])
+            errors = admin.alter_user_scram_credentials(
+                [
+                    UserScramCredentialUpsertion(user, mechanism, password, iterations=4096)
+                    for user, password in passwords.items()
+                ]
+            )
             failed = {user: error for user, error in errors.items() if error}
             assert not failed, failed
     finally:
@@ -146,12 +148,21 @@ def add_scram_users(cluster: RealKafkaCluster, passwords: Mapping[str, str]) -> 
 Grant = tuple[ResourceType, str, ACLOperation]
 
 
-def allow(cluster: RealKafkaCluster, principal: str, grants: Iterable[Grant],
-          pattern: ACLResourcePatternType = ACLResourcePatternType.LITERAL) -> None:
+def allow(
+    cluster: RealKafkaCluster,
+    principal: str,
+    grants: Iterable[Grant],
+    pattern: ACLResourcePatternType = ACLResourcePatternType.LITERAL,
+) -> None:
     """ALLOW ACLs for `User:principal` from any host."""
     acls = [
-        ACL(f"User:{principal}", "*", operation, ACLPermissionType.ALLOW,
-            ResourcePattern(resource_type, name, pattern))
+        ACL(
+            f"User:{principal}",
+            "*",
+            operation,
+            ACLPermissionType.ALLOW,
+            ResourcePattern(resource_type, name, pattern),
+        )
         for resource_type, name, operation in grants
     ]
     admin = admin_client(cluster)
@@ -165,19 +176,30 @@ def allow(cluster: RealKafkaCluster, principal: str, grants: Iterable[Grant],
 def acl_count(cluster: RealKafkaCluster, principal: str) -> int:
     admin = admin_client(cluster)
     try:
-        found, _ = admin.describe_acls(ACLFilter(
-            f"User:{principal}", None, ACLOperation.ANY, ACLPermissionType.ANY,
-            ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
-        ))
+        found, _ = admin.describe_acls(
+            ACLFilter(
+                f"User:{principal}",
+                None,
+                ACLOperation.ANY,
+                ACLPermissionType.ANY,
+                ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+            )
+        )
         return len(found)
     finally:
         admin.close()
 
 
-_RESOURCES = {"--topic": ResourceType.TOPIC, "--group": ResourceType.GROUP,
-              "--transactional-id": ResourceType.TRANSACTIONAL_ID}
-_OPERATIONS = {"Read": ACLOperation.READ, "Describe": ACLOperation.DESCRIBE,
-               "DescribeConfigs": ACLOperation.DESCRIBE_CONFIGS}
+_RESOURCES = {
+    "--topic": ResourceType.TOPIC,
+    "--group": ResourceType.GROUP,
+    "--transactional-id": ResourceType.TRANSACTIONAL_ID,
+}
+_OPERATIONS = {
+    "Read": ACLOperation.READ,
+    "Describe": ACLOperation.DESCRIBE,
+    "DescribeConfigs": ACLOperation.DESCRIBE_CONFIGS,
+}
 
 
 def readme_grants() -> tuple[Grant, ...]:
@@ -186,8 +208,13 @@ def readme_grants() -> tuple[Grant, ...]:
     grants: list[Grant] = []
     for line in (REPO / "README.md").read_text().splitlines():
         words = line.replace("'", "").split()
-        if words[:5] != ["kafka-acls.sh", "--add", "--allow-principal", "User:exporter",
-                         "--operation"]:
+        if words[:5] != [
+            "kafka-acls.sh",
+            "--add",
+            "--allow-principal",
+            "User:exporter",
+            "--operation",
+        ]:
             continue
         operation, resource = _OPERATIONS[words[5]], words[6:]
         if resource == ["--cluster"]:
@@ -217,8 +244,7 @@ def start_secure_kafka(version: str, workdir: Path,
     return SecureKafka(cluster, str(pki / "ca.crt"), str(pki / "other-ca.crt"))
 
 
-def wait_acls(cluster: RealKafkaCluster, principal: str, count: int,
-              timeout: float = 30.0) -> None:
+def wait_acls(cluster: RealKafkaCluster, principal: str, count: int, timeout: float = 30.0) -> None:
     """Until the broker lists `count` ACLs of the principal (the authorizer applies them from
     the metadata log, asynchronously)."""
     deadline = time.monotonic() + timeout

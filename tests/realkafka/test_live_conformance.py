@@ -138,8 +138,11 @@ def test_unsupported_versions_are_refused_alike(live: Live) -> None:
 
 def test_every_rule_is_a_listed_normalisation(live: Live) -> None:
     listed = {name for name, _ in LIVE_NORMALISATIONS}
-    used = {r.name for f in ("06-describeconfigs-v4-broker-all.json",) for r in
-            live_rules(live.real, live.sim, 32, f, "4.4")}
+    used = {
+        r.name
+        for f in ("06-describeconfigs-v4-broker-all.json",)
+        for r in live_rules(live.real, live.sim, 32, f, "4.4")
+    }
     used |= {r.name for r in live_rules(live.real, live.sim, 32, "07", "4.4")}
     used |= {r.name for r in live_rules(live.real, live.sim, 15)}
     used.add("L7 record batch crc")  # inside L8: the decoded batches' own rules

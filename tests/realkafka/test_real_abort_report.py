@@ -22,16 +22,17 @@ def _config(tmp_path: Path, cluster: RealKafkaCluster) -> Path:
     path = tmp_path / "exporter.yaml"
     servers = "".join(f"      - {s}\n" for s in cluster.bootstrap.split(","))
     path.write_text(
-        "clusters:\n  - name: real\n    bootstrap_servers:\n" + servers
+        "clusters:\n  - name: real\n    bootstrap_servers:\n"
+        + servers
         + "admin:\n  clusters:\n    - name: real\n      client_id: txn-admin\n",
         encoding="utf-8",
     )
     return path
 
 
-def _abort(config: Path, topic: str, partition: int, start: int, *extra: str) -> tuple[
-    int, str, str
-]:
+def _abort(
+    config: Path, topic: str, partition: int, start: int, *extra: str
+) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = run_abort(
         ["--config", str(config), "--cluster", "real", "--topic", topic,

@@ -50,6 +50,7 @@ def test_real_producer_states_bench_tiny(kafka_version: str) -> None:
         local = side["broker_request_metrics"]["LocalTimeMs"]
         assert local["Metadata"]["requests_per_poll"] >= 1
         assert local["Produce"]["requests_per_poll"] == PARTITIONS // 10  # --written 0.1
-    assert full["broker_request_metrics"]["LocalTimeMs"]["DescribeProducers"][
-        "requests_per_poll"] >= 1
+    assert (
+        full["broker_request_metrics"]["LocalTimeMs"]["DescribeProducers"]["requests_per_poll"] >= 1
+    )
     assert screened["describe_producers_bytes"] < full["describe_producers_bytes"]

@@ -97,8 +97,11 @@ class Script:
         if label == "X":
             return {"topic": UNKNOWN_TOPIC, "topic_id": UNKNOWN_TOPIC_ID}
         name = self.topics[label]
-        return {"topic": name, "topic_id": self.side.topic_ids[name]} if version >= 13 else {
-            "topic": name, "topic_id": uuid.UUID(int=0)}
+        return (
+            {"topic": name, "topic_id": self.side.topic_ids[name]}
+            if version >= 13
+            else {"topic": name, "topic_id": uuid.UUID(int=0)}
+        )
 
     def fetch(
         self,
@@ -116,9 +119,14 @@ class Script:
         F = FetchRequest.FetchTopic
         topics: list[Any] = []
         for label, partition, offset in reads:
-            part = F.FetchPartition(partition=partition, current_leader_epoch=-1,
-                                    fetch_offset=offset, last_fetched_epoch=-1,
-                                    log_start_offset=-1, partition_max_bytes=partition_max_bytes)
+            part = F.FetchPartition(
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=partition_max_bytes,
+            )
             if topics and topics[-1][0] == label:
                 topics[-1][1].append(part)
             else:
@@ -127,13 +135,20 @@ class Script:
         for label, partition in forget:
             forgotten.setdefault(label, []).append(partition)
         req = FetchRequest[v](
-            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
-            isolation_level=READ_COMMITTED, session_id=session_id, session_epoch=epoch,
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=max_bytes,
+            isolation_level=READ_COMMITTED,
+            session_id=session_id,
+            session_epoch=epoch,
             topics=[F(partitions=parts, **self._topic(label, v)) for label, parts in topics],
             forgotten_topics_data=[
                 FetchRequest.ForgottenTopic(partitions=parts, **self._topic(label, v))
-                for label, parts in forgotten.items()],
-            rack_id="")
+                for label, parts in forgotten.items()
+            ],
+            rack_id="",
+        )
         resp = self.side.client.request(req)
         self.steps.append((step, self._normalize(resp, v)))
         return resp
@@ -156,19 +171,35 @@ class Script:
         data = bytes(records or b"")
         pos = 0
         while pos + 61 <= len(data):
-            length = int.from_bytes(data[pos + 8:pos + 12], "big")
-            chunk = data[pos:pos + 12 + length]
+            length = int.from_bytes(data[pos + 8 : pos + 12], "big")
+            chunk = data[pos : pos + 12 + length]
             pos += 12 + length
             if len(chunk) < 12 + length:
                 out.append(("partial batch", len(chunk)))
                 break
             batch: Any = DefaultRecordBatch(chunk)
             control = bool(batch.is_control_batch)
-            rows = [(r.offset, None if control else r.timestamp, bytes(r.key or b""),
-                     None if control else bytes(r.value or b"")) for r in batch]
-            out.append((batch.base_offset, batch.last_offset_delta,
-                        self.side.label_producer(batch.producer_id), batch.producer_epoch,
-                        batch.base_sequence, batch.is_transactional, control, rows))
+            rows = [
+                (
+                    r.offset,
+                    None if control else r.timestamp,
+                    bytes(r.key or b""),
+                    None if control else bytes(r.value or b""),
+                )
+                for r in batch
+            ]
+            out.append(
+                (
+                    batch.base_offset,
+                    batch.last_offset_delta,
+                    self.side.label_producer(batch.producer_id),
+                    batch.producer_epoch,
+                    batch.base_sequence,
+                    batch.is_transactional,
+                    control,
+                    rows,
+                )
+            )
         if pos < len(data):
             out.append(("trailing bytes", len(data) - pos))
         return out
@@ -178,47 +209,86 @@ class Script:
         for t in resp.responses:
             parts = []
             for p in t.partitions:
-                aborted = None if p.aborted_transactions is None else [
-                    (self.side.label_producer(a.producer_id), a.first_offset)
-                    for a in p.aborted_transactions]
-                parts.append({
-                    "partition": p.partition_index, "error": p.error_code,
-                    "hw": p.high_watermark, "lso": p.last_stable_offset,
-                    "log_start": p.log_start_offset, "aborted": aborted,
-                    "preferred": p.preferred_read_replica,
-                    "bytes": len(p.records or b""), "batches": self._batches(p.records)})
+                aborted = (
+                    None
+                    if p.aborted_transactions is None
+                    else [
+                        (self.side.label_producer(a.producer_id), a.first_offset)
+                        for a in p.aborted_transactions
+                    ]
+                )
+                parts.append(
+                    {
+                        "partition": p.partition_index,
+                        "error": p.error_code,
+                        "hw": p.high_watermark,
+                        "lso": p.last_stable_offset,
+                        "log_start": p.log_start_offset,
+                        "aborted": aborted,
+                        "preferred": p.preferred_read_replica,
+                        "bytes": len(p.records or b""),
+                        "batches": self._batches(p.records),
+                    }
+                )
             topics.append((self._topic_label(t, v), parts))
-        return {"error": resp.error_code, "session": self.side.label_session(resp.session_id),
-                "topics": topics}
+        return {
+            "error": resp.error_code,
+            "session": self.side.label_session(resp.session_id),
+            "topics": topics,
+        }
 
     # -- writes (the same records on both sides) ---------------------------------------------
     def idempotent(self, label: str, partition: int, tag: str, count: int = 1) -> None:
         """A short-lived idempotent producer."""
-        idempotent_write(self.side.bootstrap, self.topics[label], partition,
-                         records=_records(tag, count))
+        idempotent_write(
+            self.side.bootstrap, self.topics[label], partition, records=_records(tag, count)
+        )
 
     def committed(self, label: str, partitions: dict[int, int], tag: str) -> None:
         """A committed transaction, then a wait for its COMMIT markers: a real coordinator
         writes them after EndTxn has answered (the simulator at once)."""
         committed_transaction(
-            self.side.bootstrap, unique(f"fs-{tag}"), self.topics[label],
-            {p: _records(f"{tag}-{p}", n) for p, n in partitions.items()})
+            self.side.bootstrap,
+            unique(f"fs-{tag}"),
+            self.topics[label],
+            {p: _records(f"{tag}-{p}", n) for p, n in partitions.items()},
+        )
         wait_for("the COMMIT markers", lambda: self._stable(label, list(partitions)), 30.0)
 
     def _stable(self, label: str, partitions: list[int]) -> bool:
         """LSO == HW on every partition: a sessionless Fetch, outside the script's record."""
         F = FetchRequest.FetchTopic
         req = FetchRequest[12](
-            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=0,
-            isolation_level=READ_COMMITTED, session_id=0, session_epoch=-1,
-            topics=[F(topic=self.topics[label], partitions=[
-                F.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0,
-                                 last_fetched_epoch=-1, log_start_offset=-1,
-                                 partition_max_bytes=0) for p in partitions])],
-            forgotten_topics_data=[], rack_id="")
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=0,
+            isolation_level=READ_COMMITTED,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                F(
+                    topic=self.topics[label],
+                    partitions=[
+                        F.FetchPartition(
+                            partition=p,
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=0,
+                        )
+                        for p in partitions
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
         resp = self.side.client.request(req)
-        return all(p.last_stable_offset == p.high_watermark
-                   for t in resp.responses for p in t.partitions)
+        return all(
+            p.last_stable_offset == p.high_watermark for t in resp.responses for p in t.partitions
+        )
 
 
 def run_script(script: Script) -> None:
@@ -228,16 +298,23 @@ def run_script(script: Script) -> None:
     s.committed("T", {1: 3}, "txn1")
     s.idempotent("U", 0, "idemU", 1)
     everything = [("T", 0, 0), ("T", 1, 0), ("T", 2, 0), ("U", 0, 0)]
-    first = s.fetch("sessionless read from 0, 1 MiB", 0, -1, everything,
-                    max_bytes=1 << 20, partition_max_bytes=1 << 20)
-    hw = {(label, p): (part.high_watermark)
-          for (label, p, _), part in zip(everything,
-                                         [q for t in first.responses for q in t.partitions],
-                                         strict=True)}
+    first = s.fetch(
+        "sessionless read from 0, 1 MiB",
+        0,
+        -1,
+        everything,
+        max_bytes=1 << 20,
+        partition_max_bytes=1 << 20,
+    )
+    hw = {
+        (label, p): (part.high_watermark)
+        for (label, p, _), part in zip(
+            everything, [q for t in first.responses for q in t.partitions], strict=True
+        )
+    }
     at_hw = [(label, p, hw[(label, p)]) for label, p, _ in everything]
 
-    full = s.fetch("full fetch opens a session (unknown topic first)", 0, 0,
-                   [("X", 0, 0), *at_hw])
+    full = s.fetch("full fetch opens a session (unknown topic first)", 0, 0, [("X", 0, 0), *at_hw])
     sid = int(full.session_id)
     s.fetch("incremental, nothing changed", sid, 1)
     s.fetch("incremental forgets the unknown topic", sid, 2, forget=[("X", 0)])
@@ -245,16 +322,22 @@ def run_script(script: Script) -> None:
 
     s.idempotent("T", 2, "idem2", 2)
     s.fetch("incremental after a write to T-2 (fetch offset still the old HW)", sid, 4)
-    s.fetch("incremental moves T-2's fetch offset to its new HW", sid, 5,
-            [("T", 2, hw[("T", 2)] + 2)])
+    s.fetch(
+        "incremental moves T-2's fetch offset to its new HW", sid, 5, [("T", 2, hw[("T", 2)] + 2)]
+    )
     s.fetch("incremental, nothing changed after the move", sid, 6)
 
-    txn = open_transaction(s.side.bootstrap, unique("fs-open"), s.topics["T"],
-                           {0: _records("open0", 2)})
+    txn = open_transaction(
+        s.side.bootstrap, unique("fs-open"), s.topics["T"], {0: _records("open0", 2)}
+    )
     try:
         s.fetch("incremental after a transaction opened on T-0", sid, 7)
-        s.fetch("incremental moves T-0's fetch offset above the LSO (= its HW)", sid, 8,
-                [("T", 0, hw[("T", 0)] + 2)])
+        s.fetch(
+            "incremental moves T-0's fetch offset above the LSO (= its HW)",
+            sid,
+            8,
+            [("T", 0, hw[("T", 0)] + 2)],
+        )
         s.fetch("incremental, nothing changed with T-0 above its LSO", sid, 9)
 
         s.committed("T", {1: 2, 2: 1}, "txn12")
@@ -271,13 +354,18 @@ def run_script(script: Script) -> None:
         s.fetch("incremental after a write to the forgotten T-2", sid, 15)
         s.fetch("incremental adds T-2 back at offset 0", sid, 16, [("T", 2, 0)])
 
-        other = s.fetch("full fetch with epoch 0 on the session: closed, a new one", sid, 0,
-                        [("T", 1, 0)], max_bytes=1 << 20, partition_max_bytes=1 << 20)
+        other = s.fetch(
+            "full fetch with epoch 0 on the session: closed, a new one",
+            sid,
+            0,
+            [("T", 1, 0)],
+            max_bytes=1 << 20,
+            partition_max_bytes=1 << 20,
+        )
         s.fetch("incremental on the closed session", sid, 17)
         sid2 = int(other.session_id)
         s.fetch("incremental on the new session", sid2, 1)
-        s.fetch("incremental forgets the new session's only partition", sid2, 2,
-                forget=[("T", 1)])
+        s.fetch("incremental forgets the new session's only partition", sid2, 2, forget=[("T", 1)])
         s.fetch("incremental on that session afterwards", sid2, 3)
 
         s.fetch("sessionless (epoch -1) naming a session closes it", sid, -1, at_hw)
@@ -286,28 +374,57 @@ def run_script(script: Script) -> None:
 
         for label, partition, log_end in (("T", 0, 4), ("T", 1, 7), ("T", 2, 5)):
             for offset in range(log_end + 2):
-                s.fetch(f"sessionless read of {label}-{partition} from offset {offset}", 0, -1,
-                        [(label, partition, offset)], max_bytes=1 << 20,
-                        partition_max_bytes=1 << 20)
+                s.fetch(
+                    f"sessionless read of {label}-{partition} from offset {offset}",
+                    0,
+                    -1,
+                    [(label, partition, offset)],
+                    max_bytes=1 << 20,
+                    partition_max_bytes=1 << 20,
+                )
         s.fetch("sessionless at offset -1", 0, -1, [("T", 0, -1)])
-        s.fetch("sessionless, max_bytes 0 and partition_max_bytes 0, data on every partition",
-                0, -1, [("T", 0, 0), ("T", 1, 0), ("T", 2, 0), ("U", 0, 0)])
-        s.fetch("sessionless, max_bytes 0, partition_max_bytes 1 MiB", 0, -1,
-                [("T", 1, 0), ("T", 2, 0)], partition_max_bytes=1 << 20)
-        s.fetch("sessionless, max_bytes 1 MiB, partition_max_bytes 0", 0, -1,
-                [("T", 2, 0), ("T", 1, 0)], max_bytes=1 << 20)
-        s.fetch("sessionless, a partition the topic does not have first", 0, -1,
-                [("T", 9, 0), ("T", 0, 0)])
-        s.fetch("sessionless, topics interleaved", 0, -1,
-                [("T", 0, 0), ("U", 0, 0), ("T", 1, 0)], max_bytes=1 << 20,
-                partition_max_bytes=1 << 20)
+        s.fetch(
+            "sessionless, max_bytes 0 and partition_max_bytes 0, data on every partition",
+            0,
+            -1,
+            [("T", 0, 0), ("T", 1, 0), ("T", 2, 0), ("U", 0, 0)],
+        )
+        s.fetch(
+            "sessionless, max_bytes 0, partition_max_bytes 1 MiB",
+            0,
+            -1,
+            [("T", 1, 0), ("T", 2, 0)],
+            partition_max_bytes=1 << 20,
+        )
+        s.fetch(
+            "sessionless, max_bytes 1 MiB, partition_max_bytes 0",
+            0,
+            -1,
+            [("T", 2, 0), ("T", 1, 0)],
+            max_bytes=1 << 20,
+        )
+        s.fetch(
+            "sessionless, a partition the topic does not have first",
+            0,
+            -1,
+            [("T", 9, 0), ("T", 0, 0)],
+        )
+        s.fetch(
+            "sessionless, topics interleaved",
+            0,
+            -1,
+            [("T", 0, 0), ("U", 0, 0), ("T", 1, 0)],
+            max_bytes=1 << 20,
+            partition_max_bytes=1 << 20,
+        )
         s.fetch("incremental on session id -5", -5, 1)
         s.fetch("incremental on session id 2147483647", INT32_MAX, 1)
         s.fetch("full fetch closing session id 2147483647", INT32_MAX, 0, [("T", 0, 0)])
         if s.version >= 13:
             v12 = s.fetch("full fetch at v12 opens a name session", 0, 0, at_hw, version=12)
-            s.fetch("incremental at the topic-id version on the name session",
-                    int(v12.session_id), 1)
+            s.fetch(
+                "incremental at the topic-id version on the name session", int(v12.session_id), 1
+            )
     finally:
         txn.abort()
 
@@ -332,16 +449,20 @@ def _side(name: str, bootstrap: str) -> Side:
 
 def _topic_ids(side: Side, names: Sequence[str]) -> None:
     req = MetadataRequest[12](
-        topics=[MetadataRequest.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=n)
-                for n in names],
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        topics=[
+            MetadataRequest.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=n) for n in names
+        ],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     resp = side.client.request(req)
     for t in resp.topics:
         side.topic_ids[t.name] = t.topic_id
 
 
-def _run_side(side: Side, create: Any, versions: list[int], names: list[dict[str, str]]) -> list[
-        Script]:
+def _run_side(
+    side: Side, create: Any, versions: list[int], names: list[dict[str, str]]
+) -> list[Script]:
     scripts = []
     for v, topics in zip(versions, names, strict=True):
         create(topics["T"], 3)
@@ -365,21 +486,23 @@ def transcripts(kafka_version: str, real_kafka: RealKafkaCluster) -> Iterator[Tr
     try:
         top = real.client.api_version(FETCH, VersionRange(13, 18))
         versions = [12, top]
-        real_scripts = _run_side(real, lambda n, p: real_kafka.create_topic(n, p), versions,
-                                 names)
+        real_scripts = _run_side(real, lambda n, p: real_kafka.create_topic(n, p), versions, names)
     finally:
         real.client.close()
-    with SimCluster(brokers=1, node_ids=[NODE_ID], profile=profile,
-                    broker_config=VERIFICATION_OFF) as sim_cluster:
+    with SimCluster(
+        brokers=1, node_ids=[NODE_ID], profile=profile, broker_config=VERIFICATION_OFF
+    ) as sim_cluster:
         sim = _side("sim", sim_cluster.bootstrap_servers)
         try:
             assert sim.client.api_version(FETCH, VersionRange(13, 18)) == top
-            sim_scripts = _run_side(sim, lambda n, p: sim_cluster.create_topic(n, p), versions,
-                                    names)
+            sim_scripts = _run_side(
+                sim, lambda n, p: sim_cluster.create_topic(n, p), versions, names
+            )
         finally:
             sim.client.close()
-    yield Transcripts(kafka_version, profile, versions, real_scripts, sim_scripts,
-                      time.monotonic() - started)
+    yield Transcripts(
+        kafka_version, profile, versions, real_scripts, sim_scripts, time.monotonic() - started
+    )
 
 
 def test_the_simulator_answers_every_step_as_the_broker(transcripts: Transcripts) -> None:
@@ -388,16 +511,22 @@ def test_the_simulator_answers_every_step_as_the_broker(transcripts: Transcripts
         assert [n for n, _ in real.steps] == [n for n, _ in sim.steps]
         for (step, expected), (_, actual) in zip(real.steps, sim.steps, strict=True):
             if expected != actual:
-                problems.append(f"Fetch v{real.version}, {step}:\n  broker    {expected}\n"
-                                f"  simulator {actual}")
-    assert not problems, (f"Kafka {transcripts.version} vs simulator profile "
-                          f"{transcripts.profile}:\n" + "\n".join(problems))
+                problems.append(
+                    f"Fetch v{real.version}, {step}:\n  broker    {expected}\n  simulator {actual}"
+                )
+    assert not problems, (
+        f"Kafka {transcripts.version} vs simulator profile "
+        f"{transcripts.profile}:\n" + "\n".join(problems)
+    )
 
 
 def _parts(answer: Any) -> list[tuple[str, int, int, int, int, int, int]]:
     """(topic, partition, error, hw, lso, bytes, batches) of every partition, in order."""
-    return [(topic, p["partition"], p["error"], p["hw"], p["lso"], p["bytes"], len(p["batches"]))
-            for topic, parts in answer["topics"] for p in parts]
+    return [
+        (topic, p["partition"], p["error"], p["hw"], p["lso"], p["bytes"], len(p["batches"]))
+        for topic, parts in answer["topics"]
+        for p in parts
+    ]
 
 
 def test_the_broker_keeps_sessions_as_documented(transcripts: Transcripts) -> None:
@@ -410,15 +539,23 @@ def test_the_broker_keeps_sessions_as_documented(transcripts: Transcripts) -> No
         assert full["session"] == "S1" and full["error"] == 0
         # Readable partitions first, in request order; the unknown topic's after them.
         assert [(t, p, e) for t, p, e, *_ in _parts(full)] == [
-            ("T", 0, 0), ("T", 1, 0), ("T", 2, 0), ("U", 0, 0), ("X", 0, unknown)]
+            ("T", 0, 0),
+            ("T", 1, 0),
+            ("T", 2, 0),
+            ("U", 0, 0),
+            ("X", 0, unknown),
+        ]
         # An error is always answered; an idle partition never.
         assert [(t, e) for t, _, e, *_ in _parts(step["incremental, nothing changed"])] == [
-            ("X", unknown)]
+            ("X", unknown)
+        ]
         assert step["incremental, nothing changed again"] == {
-            "error": 0, "session": "S1", "topics": []}
+            "error": 0,
+            "session": "S1",
+            "topics": [],
+        }
         wrote = _parts(step["incremental after a write to T-2 (fetch offset still the old HW)"])
-        assert [(t, p, e, hw, b > 0) for t, p, e, hw, _, b, _ in wrote] == [
-            ("T", 2, 0, 2, True)]
+        assert [(t, p, e, hw, b > 0) for t, p, e, hw, _, b, _ in wrote] == [("T", 2, 0, 2, True)]
         assert _parts(step["incremental moves T-2's fetch offset to its new HW"]) == []
         opened = _parts(step["incremental after a transaction opened on T-0"])
         assert opened == [("T", 0, 0, 4, 2, 0, 0)]  # LSO 2 < HW 4, no records, no error
@@ -427,9 +564,11 @@ def test_the_broker_keeps_sessions_as_documented(transcripts: Transcripts) -> No
         # records only for the first (KIP-74's one batch beyond partition_max_bytes 0).
         pending = _parts(step["incremental with committed data pending on T-1, T-2, U-0"])
         assert [(t, p, b > 0, n) for t, p, _, _, _, b, n in pending] == [
-            ("T", 1, True, 1), ("U", 0, False, 0), ("T", 2, False, 0)]
-        assert step["incremental with a wrong epoch"] == {"error": 71, "session": "0",
-                                                         "topics": []}
+            ("T", 1, True, 1),
+            ("U", 0, False, 0),
+            ("T", 2, False, 0),
+        ]
+        assert step["incremental with a wrong epoch"] == {"error": 71, "session": "0", "topics": []}
         assert step["incremental with an unknown session id"]["error"] == 70
         assert step["incremental at the right epoch after the errors"]["session"] == "S1"
         assert step["incremental on the closed session"]["error"] == 70
@@ -440,17 +579,18 @@ def test_the_broker_keeps_sessions_as_documented(transcripts: Transcripts) -> No
         # T-0: LSO 2, HW = log end 4. Above the LSO up to the log end: empty, no error.
         for offset in (2, 3, 4):
             assert _parts(step[f"sessionless read of T-0 from offset {offset}"]) == [
-                ("T", 0, 0, 4, 2, 0, 0)]
+                ("T", 0, 0, 4, 2, 0, 0)
+            ]
         assert _parts(step["sessionless read of T-0 from offset 5"]) == [
-            ("T", 0, 1, -1, -1, 0, 0)]  # OFFSET_OUT_OF_RANGE beyond the log end
-        zero = _parts(step["sessionless, max_bytes 0 and partition_max_bytes 0, data on every "
-                           "partition"])
-        assert [(b > 0, n) for *_, b, n in zero] == [(True, 1), (False, 0), (False, 0),
-                                                     (False, 0)]
+            ("T", 0, 1, -1, -1, 0, 0)
+        ]  # OFFSET_OUT_OF_RANGE beyond the log end
+        zero = _parts(
+            step["sessionless, max_bytes 0 and partition_max_bytes 0, data on every partition"]
+        )
+        assert [(b > 0, n) for *_, b, n in zero] == [(True, 1), (False, 0), (False, 0), (False, 0)]
         missing = step["sessionless, a partition the topic does not have first"]
         assert [(t, p, e) for t, p, e, *_ in _parts(missing)] == [("T", 0, 0), ("T", 9, 3)]
         assert [t for t, _ in missing["topics"]] == ["T"]  # consecutive now: one entry
         assert step["incremental on session id 2147483647"]["error"] == -1
         if script.version >= 13:
-            assert step["incremental at the topic-id version on the name session"][
-                "error"] == 106
+            assert step["incremental at the topic-id version on the name session"]["error"] == 106

@@ -37,9 +37,17 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
 
     def recording(payload: bytes, version: int) -> Any:
         response = decode(payload, version)
-        answers.append((response.session_id, {
-            p.partition_index for t in response.responses if t.topic == topic
-            for p in t.partitions}))
+        answers.append(
+            (
+                response.session_id,
+                {
+                    p.partition_index
+                    for t in response.responses
+                    if t.topic == topic
+                    for p in t.partitions
+                },
+            )
+        )
         return response
 
     monkeypatch.setattr(screening, "_DECODE_FETCH", recording)
@@ -61,8 +69,11 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
         reference = full.poll()
 
         def mine(obs: Any) -> set[tuple[int, int, int]]:
-            return {(t.partition, t.producer_id, t.current_txn_start_offset)
-                    for t in obs.open_transactions if t.topic == topic}
+            return {
+                (t.partition, t.producer_id, t.current_txn_start_offset)
+                for t in obs.open_transactions
+                if t.topic == topic
+            }
 
         assert mine(seen) == mine(reference) and len(mine(seen)) == 1
         assert not [tp for tp in seen.unobserved if tp.topic == topic]

@@ -77,14 +77,20 @@ def world(kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         ]
         allow(cluster, "exporter", README_GRANTS)
         allow(cluster, "limited", limited)
-        allow(cluster, "limited", [(ResourceType.TRANSACTIONAL_ID, visible,
-                                    ACLOperation.DESCRIBE)], ACLResourcePatternType.PREFIXED)
+        allow(
+            cluster,
+            "limited",
+            [(ResourceType.TRANSACTIONAL_ID, visible, ACLOperation.DESCRIBE)],
+            ACLResourcePatternType.PREFIXED,
+        )
         wait_acls(cluster, "exporter", len(README_GRANTS))
         wait_acls(cluster, "limited", len(limited) + 1)
-        hanging = hanging_transaction(cluster.bootstrap, unique("visible"), readable, 0,
-                                      backdate_ms=LATE_BACKDATE_MS)
-        hanging_transaction(cluster.bootstrap, unique("visible"), unreadable, 1,
-                            backdate_ms=LATE_BACKDATE_MS)
+        hanging = hanging_transaction(
+            cluster.bootstrap, unique("visible"), readable, 0, backdate_ms=LATE_BACKDATE_MS
+        )
+        hanging_transaction(
+            cluster.bootstrap, unique("visible"), unreadable, 1, backdate_ms=LATE_BACKDATE_MS
+        )
         yield World(kafka, readable, unreadable, hanging, visible)
     finally:
         cluster.stop()
@@ -113,12 +119,14 @@ def test_every_mechanism_over_tls_polls_and_finds_the_late_hanging_transaction(
     assert [(b.broker_id, b.up) for b in snapshot.brokers] == [(1, True)]
     assert observation.request_errors == ()
     assert snapshot.unobserved_by_reason == {}
-    late = {(t.transaction.topic, t.transaction.partition): t
-            for t in snapshot.late_transactions}
+    late = {(t.transaction.topic, t.transaction.partition): t for t in snapshot.late_transactions}
     found = late[(world.readable, 0)]
     assert found.classification is Classification.HANGING
-    assert (found.transaction.producer_id, found.transaction.producer_epoch,
-            found.transaction.current_txn_start_offset) == world.hanging
+    assert (
+        found.transaction.producer_id,
+        found.transaction.producer_epoch,
+        found.transaction.current_txn_start_offset,
+    ) == world.hanging
     assert found.transactional_id.startswith(world.visible_prefix)
     assert (found.blocked_groups, found.blocked_groups_unknown) == ((), None)
     assert found.topic_compacted is False  # DescribeConfigs on topics: README's last grant
@@ -148,7 +156,8 @@ def test_without_read_on_a_topic_its_partitions_are_unobserved_never_free(world:
     }
     assert snapshot.unobserved_by_reason == {"unauthorized": 2}
     assert ("DescribeProducers", "TOPIC_AUTHORIZATION_FAILED") in {
-        (e.api, e.error) for e in observation.request_errors}
+        (e.api, e.error) for e in observation.request_errors
+    }
     assert not [t for t in snapshot.late_transactions if t.transaction.topic == world.unreadable]
     # Topics without even Describe are invisible (Metadata leaves them out): only the two.
     assert {tp.topic for tp in observation.leaders} == {world.readable, world.unreadable}
@@ -176,34 +185,53 @@ def test_without_describe_on_a_transactional_id_a_healthy_transaction_reads_orph
     id's transaction on every poll. With Describe on the ids (`exporter`) it is not orphaned."""
     visible, hidden = two_open_transactions
     _, limited = poll(world.kafka.settings("limited", "SCRAM-SHA-512"), times=3)
-    orphaned = {o.transaction.partition: o for o in limited.orphaned_transactions
-                if o.transaction.topic == world.readable and not o.late}
+    orphaned = {
+        o.transaction.partition: o
+        for o in limited.orphaned_transactions
+        if o.transaction.topic == world.readable and not o.late
+    }
     assert sorted(orphaned) == [2]
     assert orphaned[2].transaction.producer_id == hidden.producer_id
     assert orphaned[2].transactional_id == ""
     assert not orphaned[2].late
 
     seen, full = poll(world.kafka.settings("exporter", "SCRAM-SHA-512"), times=3)
-    assert [o for o in full.orphaned_transactions
-            if o.transaction.topic == world.readable and not o.late] == []
+    assert [
+        o
+        for o in full.orphaned_transactions
+        if o.transaction.topic == world.readable and not o.late
+    ] == []
     # Not vacuous: the exporter saw both open, and the coordinator tracks both.
     assert {t.producer_id for t in seen.open_transactions if t.topic == world.readable} >= {
-        visible.producer_id, hidden.producer_id}
+        visible.producer_id,
+        hidden.producer_id,
+    }
     assert {seen.transactional_ids.get(t.producer_id) for t in (visible, hidden)} == {
-        visible.transactional_id, hidden.transactional_id}
+        visible.transactional_id,
+        hidden.transactional_id,
+    }
 
 
-def cluster_entry(world: World, name: str, mechanism: str, password_file: Path,
-                  bootstrap: str | None = None, timeout_seconds: float = 10,
-                  **tls: object) -> dict[str, object]:
+def cluster_entry(
+    world: World,
+    name: str,
+    mechanism: str,
+    password_file: Path,
+    bootstrap: str | None = None,
+    timeout_seconds: float = 10,
+    **tls: object,
+) -> dict[str, object]:
     """One `clusters[]` entry: the SASL_SSL listener (by default), CA and hostname checked."""
     return {
         "name": name,
         "bootstrap_servers": (bootstrap or world.kafka.sasl_ssl_bootstrap).split(","),
         "request_timeout_seconds": timeout_seconds,
         "tls": {"ca_file": world.kafka.ca_file, **tls},
-        "sasl": {"mechanism": mechanism, "username": "exporter",
-                 "password_file": str(password_file)},
+        "sasl": {
+            "mechanism": mechanism,
+            "username": "exporter",
+            "password_file": str(password_file),
+        },
     }
 
 
@@ -219,9 +247,20 @@ def scan(tmp_path: Path, *clusters: dict[str, object]) -> subprocess.CompletedPr
     config.write_text(yaml.safe_dump({"clusters": list(clusters)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
     return subprocess.run(
-        [sys.executable, "-m", "exporter", "scan", "--config", str(config),
-         "--orphan-check-seconds", "0"],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "scan",
+            "--config",
+            str(config),
+            "--orphan-check-seconds",
+            "0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -239,15 +278,21 @@ def error_lines(result: subprocess.CompletedProcess[str], *secrets: str) -> dict
     return found
 
 
-def test_scan_with_a_wrong_password_names_the_brokers_reason(
-    world: World, tmp_path: Path
-) -> None:
+def test_scan_with_a_wrong_password_names_the_brokers_reason(world: World, tmp_path: Path) -> None:
     """One cluster per mechanism, each with its own wrong password: one line each, exit 3."""
     wrong = {mechanism: f"wrong-{mechanism}-pw-5d1e" for mechanism in MECHANISMS}
-    result = scan(tmp_path, *(
-        cluster_entry(world, mechanism.lower(), mechanism,
-                      password_file(tmp_path, wrong[mechanism], mechanism))
-        for mechanism in MECHANISMS))
+    result = scan(
+        tmp_path,
+        *(
+            cluster_entry(
+                world,
+                mechanism.lower(),
+                mechanism,
+                password_file(tmp_path, wrong[mechanism], mechanism),
+            )
+            for mechanism in MECHANISMS
+        ),
+    )
     assert result.returncode == EXIT_AUTHENTICATION_FAILED, result.stderr
     messages = error_lines(result, *wrong.values(), PASSWORDS["exporter"])
     assert sorted(messages) == sorted(m.lower() for m in MECHANISMS)
@@ -315,8 +360,9 @@ def test_scan_without_tls_against_the_sasl_ssl_listener_is_a_tls_failure(world: 
 
 def test_scan_with_tls_against_the_plaintext_listener_is_a_tls_failure(world: World) -> None:
     """The PLAINTEXT listener reads the ClientHello as an oversized frame and closes."""
-    settings = replace(world.kafka.settings("exporter", bootstrap=world.kafka.cluster.bootstrap),
-                       sasl=None)
+    settings = replace(
+        world.kafka.settings("exporter", bootstrap=world.kafka.cluster.bootstrap), sasl=None
+    )
     code, message = scan_in_process(settings)
     assert code == EXIT_TLS_FAILED, message
     assert message.startswith("TLS failed: TLS handshake with 127.0.0.1:")
@@ -327,8 +373,10 @@ def test_scan_with_sasl_against_the_plaintext_listener_is_an_authentication_fail
     world: World,
 ) -> None:
     """A listener without SASL answers SaslHandshake ILLEGAL_SASL_STATE, no mechanism."""
-    settings = replace(world.kafka.settings("exporter", "SCRAM-SHA-256",
-                                            bootstrap=world.kafka.cluster.bootstrap), tls=None)
+    settings = replace(
+        world.kafka.settings("exporter", "SCRAM-SHA-256", bootstrap=world.kafka.cluster.bootstrap),
+        tls=None,
+    )
     code, message = scan_in_process(settings)
     assert code == EXIT_AUTHENTICATION_FAILED, message
     assert "ILLEGAL_SASL_STATE (enabled: []): this listener takes no SASL" in message
@@ -342,13 +390,13 @@ def test_scan_of_a_frozen_broker_times_out_and_the_broker_comes_back(
     secret = password_file(tmp_path, PASSWORDS["exporter"])
     cluster.kill(1, signal.SIGSTOP)
     try:
-        result = scan(tmp_path, cluster_entry(world, "secure", "PLAIN", secret,
-                                              timeout_seconds=2))
+        result = scan(tmp_path, cluster_entry(world, "secure", "PLAIN", secret, timeout_seconds=2))
     finally:
         cluster.kill(1, signal.SIGCONT)
     assert result.returncode == EXIT_TIMEOUT, result.stderr
     port = cluster.port(1, "SASL_SSL")
     assert error_lines(result, PASSWORDS["exporter"]) == {
-        "secure": f"timed out: connect to 127.0.0.1:{port} timed out after 2 s"}
+        "secure": f"timed out: connect to 127.0.0.1:{port} timed out after 2 s"
+    }
     _, snapshot = poll(world.kafka.settings("exporter", "PLAIN", request_timeout_seconds=30.0))
     assert snapshot.up

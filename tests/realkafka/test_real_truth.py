@@ -163,9 +163,9 @@ def _jmx_gauges(
     return int(values[LATE_GAUGE]), lags
 
 
-def _abort(config: Path, topic: str, partition: int, start_offset: int, *flags: str) -> (
-    subprocess.CompletedProcess[str]
-):
+def _abort(
+    config: Path, topic: str, partition: int, start_offset: int, *flags: str
+) -> subprocess.CompletedProcess[str]:
     """`kafka-txn-exporter abort` as an operator runs it: its own process, a config file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "simulator")])
@@ -237,20 +237,21 @@ def scene(
         config = tmp_path_factory.mktemp("abort") / "config.yaml"
         config.write_text(
             "clusters:\n  - name: real\n"
-            f"    bootstrap_servers: \"{bootstrap}\"\n"
+            f'    bootstrap_servers: "{bootstrap}"\n'
             "    request_timeout_seconds: 20\n"
             "admin:\n  clusters:\n    - name: real\n      client_id: truth-admin\n",
             encoding="utf-8",
         )
         for name, txn in (("late", late), ("fresh", fresh)):
-            scene.aborts[name] = _abort(
-                config, txn.topic, txn.partition, txn.start_offset, "--yes"
-            )
+            scene.aborts[name] = _abort(config, txn.topic, txn.partition, txn.start_offset, "--yes")
         scene.aborts["young"] = _abort(
             config, young.topic, young.partition, young.start_offset, "--yes"
         )
         scene.aborts["healthy"] = _abort(
-            config, healthy_open.topic, healthy_open.partition, healthy_open.start_offset,
+            config,
+            healthy_open.topic,
+            healthy_open.partition,
+            healthy_open.start_offset,
             "--yes",
         )
         # Late hanging transactions earlier test modules left on the shared broker: the
@@ -368,7 +369,10 @@ def test_a_fresh_write_hides_a_late_hanging_transaction_from_kafka_not_from_the_
         (found,) = _late_in(snapshot, fresh)
         assert found.classification is Classification.HANGING
         assert _identity(found) == (
-            fresh.partition, fresh.producer_id, fresh.producer_epoch, fresh.start_offset
+            fresh.partition,
+            fresh.producer_id,
+            fresh.producer_epoch,
+            fresh.start_offset,
         )
         # Aged from its FIRST batch; the broker's LastTimestamp is the fresh one.
         assert found.transaction.start_time_source is StartTimeSource.BATCH_TIMESTAMP
@@ -396,8 +400,10 @@ def test_a_fresh_write_hides_a_late_hanging_transaction_from_kafka_not_from_the_
         for t in snapshot.late_transactions
         if t.classification is Classification.HANGING
     }
-    oracle = {(r.topic, r.partition, r.producer_id, r.producer_epoch, r.start_offset)
-              for r in scene.find_hanging}
+    oracle = {
+        (r.topic, r.partition, r.producer_id, r.producer_epoch, r.start_offset)
+        for r in scene.find_hanging
+    }
     assert oracle == exporter_hanging - {(fresh.topic, *_identity(_late_in(snapshot, fresh)[0]))}
 
 
@@ -508,14 +514,17 @@ def test_the_abort_command_ends_what_kafka_and_the_exporter_call_hanging(scene: 
     assert scene.find_hanging_after == []
     assert scene.jmx_lag_after[late_tp] == 0 and scene.jmx_lag_after[fresh_tp] == 0
     assert {TopicPartition(t.topic, t.partition) for t in observation.open_transactions} & {
-        late_tp, fresh_tp
+        late_tp,
+        fresh_tp,
     } == set()
 
     # The exporter's series for the two transactions are gone from /metrics, its per-broker
     # late and hanging counts are 0.
     samples_before, samples_after = _samples(before), _samples(after)
-    for name in ("kafka_partitions_with_late_transactions",
-                 "kafka_partitions_with_hanging_transactions"):
+    for name in (
+        "kafka_partitions_with_late_transactions",
+        "kafka_partitions_with_hanging_transactions",
+    ):
         labels = frozenset({("cluster", "real"), ("broker", "1")})
         assert samples_before[(name, labels)] >= 2, name
         assert samples_after[(name, labels)] == 0, name

@@ -163,8 +163,7 @@ def test_a_prepared_two_phase_transaction_is_two_phase_not_late_and_abort_refuse
     # 2PC disabled: Kafka's coordinator refuses Enable2Pc (TransactionCoordinator).
     topic_off = create_topic(disabled, unique("2pc-off"))
     with pytest.raises(KafkaProtocolError) as refused:
-        open_transaction(disabled.bootstrap, unique("2pc-off-txn"), topic_off, [0],
-                         two_phase=True)
+        open_transaction(disabled.bootstrap, unique("2pc-off-txn"), topic_off, [0], two_phase=True)
     assert refused.value.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
     # 2PC enabled: a prepared transaction (written, never ended), its record dated 2 h ago,
@@ -173,8 +172,9 @@ def test_a_prepared_two_phase_transaction_is_two_phase_not_late_and_abort_refuse
     topic = create_topic(enabled, unique("2pc"), partitions=2)
     tid = unique("flink-sink")
     written_ms = int(time.time() * 1000) - 2 * HOUR_MS
-    prepared = open_transaction(enabled.bootstrap, tid, topic, {0: [(b"k", b"v", written_ms)]},
-                                two_phase=True)
+    prepared = open_transaction(
+        enabled.bootstrap, tid, topic, {0: [(b"k", b"v", written_ms)]}, two_phase=True
+    )
     start = prepared.batches[0].base_offset
     prepared.close_quietly()
     hang_pid, _, hang_start = hanging_transaction(
@@ -186,8 +186,13 @@ def test_a_prepared_two_phase_transaction_is_two_phase_not_late_and_abort_refuse
         "describe", "--transactional-id", tid,
     )  # fmt: skip
     assert described.returncode == 0, described.stderr
-    row = dict(zip(described.stdout.splitlines()[0].split(),
-                   described.stdout.splitlines()[1].split(), strict=True))
+    row = dict(
+        zip(
+            described.stdout.splitlines()[0].split(),
+            described.stdout.splitlines()[1].split(),
+            strict=True,
+        )
+    )
     assert row["TransactionState"] == "Ongoing"
     assert int(row["TransactionTimeoutMs"]) == TWO_PHASE_TRANSACTION_TIMEOUT_MS
 
@@ -204,12 +209,15 @@ def test_a_prepared_two_phase_transaction_is_two_phase_not_late_and_abort_refuse
     (two_phase,) = [t for t in snapshot.two_phase_transactions if t.transaction.topic == topic]
     assert two_phase.classification is Classification.TWO_PHASE
     assert (two_phase.transaction.partition, two_phase.transaction.current_txn_start_offset) == (
-        0, start)
+        0,
+        start,
+    )
     assert two_phase.transactional_id == tid and two_phase.stuck
     assert two_phase.age_seconds >= 2 * 3600 - 60
     late = [t for t in snapshot.late_transactions if t.transaction.topic == topic]
-    assert [(t.transaction.partition, t.transaction.producer_id, t.classification)
-            for t in late] == [(1, hang_pid, Classification.HANGING)]
+    assert [
+        (t.transaction.partition, t.transaction.producer_id, t.classification) for t in late
+    ] == [(1, hang_pid, Classification.HANGING)]
     assert [t for t in snapshot.orphaned_transactions if t.transaction.topic == topic] == []
     # The broker's own gauge does not know 2PC: it counts both partitions as late.
     assert jmx_late_transactions(enabled) == 2
@@ -238,31 +246,32 @@ def _simulator_answers() -> tuple[tuple[str, int, int], int]:
     description of a prepared 2PC transaction (state, timeout, partitions), and the error a
     broker with 2PC disabled answers to Enable2Pc."""
     enabled = {"transaction.two.phase.commit.enable": "true"}
-    with SimCluster(brokers=1, topics={"t": 1}, broker_config=enabled,
-                    profile="4.4-two-phase") as sim:
+    with SimCluster(
+        brokers=1, topics={"t": 1}, broker_config=enabled, profile="4.4-two-phase"
+    ) as sim:
         txn = open_transaction(sim.bootstrap_servers, "sim-2pc", "t", [0], two_phase=True)
         txn.close_quietly()
         settings = ClusterSettings(name="sim", bootstrap_servers=(sim.bootstrap_servers,))
-        poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms,
-                               also_ask=lambda _: True)
+        poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms, also_ask=lambda _: True)
         try:
             description = poller.poll().descriptions["sim-2pc"]
         finally:
             poller.close()
     assert description is not None
-    with (SimCluster(brokers=1, topics={"t": 1}, profile="4.4-two-phase") as sim,
-          pytest.raises(KafkaProtocolError) as refused):
+    with (
+        SimCluster(brokers=1, topics={"t": 1}, profile="4.4-two-phase") as sim,
+        pytest.raises(KafkaProtocolError) as refused,
+    ):
         open_transaction(sim.bootstrap_servers, "sim-2pc", "t", [0], two_phase=True)
     return (
-        (description.state, description.transaction_timeout_ms,
-         len(description.topic_partitions)),
+        (description.state, description.transaction_timeout_ms, len(description.topic_partitions)),
         refused.value.error_code,
     )
 
 
-def _abort(config: Path, topic: str, partition: int, start: int, *flags: str) -> (
-    subprocess.CompletedProcess[str]
-):
+def _abort(
+    config: Path, topic: str, partition: int, start: int, *flags: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "simulator")])
     return subprocess.run(
@@ -289,23 +298,31 @@ def _assert_the_alert_fires(snapshot: ClusterSnapshot, tmp_path: Path) -> None:
     selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
     expected = {k: v for k, v in labels.items() if k != "stuck"} | {"severity": "warning"}
     start_age = round(two_phase.age_seconds)
-    rule = next(r for g in yaml.safe_load((REPO / "dashboards" / "alerts" / "rules.yaml")
-                                          .read_text(encoding="utf-8"))["groups"]
-                for r in g["rules"] if r["alert"] == "KafkaTwoPhaseTransactionStuck")
-    summary = (f"Two-phase-commit transaction stuck on {txn.topic}-{txn.partition} in Kafka "
-               f"cluster {snapshot.cluster}")
+    rule = next(
+        r
+        for g in yaml.safe_load(
+            (REPO / "dashboards" / "alerts" / "rules.yaml").read_text(encoding="utf-8")
+        )["groups"]
+        for r in g["rules"]
+        if r["alert"] == "KafkaTwoPhaseTransactionStuck"
+    )
+    summary = (
+        f"Two-phase-commit transaction stuck on {txn.topic}-{txn.partition} in Kafka "
+        f"cluster {snapshot.cluster}"
+    )
     assert rule["annotations"]["summary"].startswith("Two-phase-commit transaction stuck on")
     annotations = {
         "summary": summary,
         "runbook_url": rule["annotations"]["runbook_url"],
         "description": (
-            f'The two-phase-commit (KIP-939) transaction of transactional id '
+            f"The two-phase-commit (KIP-939) transaction of transactional id "
             f'"{two_phase.transactional_id}" (producer {txn.producer_id}, epoch '
             f"{txn.producer_epoch}) has been open on {txn.topic}-{txn.partition} since offset "
             f"{txn.current_txn_start_offset} for {_humanize(start_age + 360)}, longer than "
-            "two_phase_late_seconds." + rule["annotations"]["description"].split(
-                "two_phase_late_seconds.", 1)[1].replace(
-                "{{ $labels.start_offset }}", str(txn.current_txn_start_offset))
+            "two_phase_late_seconds."
+            + rule["annotations"]["description"]
+            .split("two_phase_late_seconds.", 1)[1]
+            .replace("{{ $labels.start_offset }}", str(txn.current_txn_start_offset))
         ),
     }
     shutil.copy(REPO / "dashboards" / "alerts" / "rules.yaml", tmp_path / "rules.yaml")
@@ -329,8 +346,14 @@ def _assert_the_alert_fires(snapshot: ClusterSnapshot, tmp_path: Path) -> None:
     }), encoding="utf-8")  # fmt: skip
     promtool = shutil.which("promtool")
     assert promtool, "promtool not found: run scripts/install-test-deps"
-    result = subprocess.run([promtool, "test", "rules", "test.yaml"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -351,8 +374,15 @@ def test_a_java_producer_back_to_back_is_never_late_hanging_or_orphaned(
     transaction; version 1 (3.9.2) keeps it."""
     topic = create_topic(real_kafka, unique("tv2"))
     count = 40
-    producer = _run_java(kafka_version, java_helper, "loop", real_kafka.bootstrap, topic,
-                         unique("tv2-txn"), str(count))
+    producer = _run_java(
+        kafka_version,
+        java_helper,
+        "loop",
+        real_kafka.bootstrap,
+        topic,
+        unique("tv2-txn"),
+        str(count),
+    )
     seen_open = 0
     with poll_env(real_kafka) as env:
         while producer.poll() is None:
@@ -363,8 +393,11 @@ def test_a_java_producer_back_to_back_is_never_late_hanging_or_orphaned(
         _assert_nothing_wrong(snapshot, topic)
     out, err = producer.communicate(timeout=60)
     assert producer.returncode == 0, err[-3000:]
-    ids = [tuple(int(x) for x in line.split()[1:3]) for line in out.splitlines()
-           if line.startswith("TXN ")]
+    ids = [
+        tuple(int(x) for x in line.split()[1:3])
+        for line in out.splitlines()
+        if line.startswith("TXN ")
+    ]
     assert len(ids) == count
     assert len({pid for pid, _ in ids}) == 1
     epochs = [epoch for _, epoch in ids]
