@@ -297,3 +297,5 @@ def _collect_blocked_groups(state: ClusterState, snap: ClusterSnapshot, fam: _Fa
     for reason, count in sorted(snap.blocked_groups_unknown_by_reason.items()):
         fam.add("kafka_txn_exporter_blocked_consumer_groups_unknown", state, float(count),
                 reason)
+    for reason, count in sorted(snap.unclassified_by_reason.items()):
+        fam.add("kafka_txn_exporter_unclassified_transactions", state, float(count), reason)
