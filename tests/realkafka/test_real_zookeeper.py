@@ -346,6 +346,8 @@ def test_what_the_version_cannot_serve_is_absent_with_its_reason(zk_scene: ZkSce
     if zk_scene.has_transactions_api:
         assert snapshot.transaction_states is not None and states
         assert hanging == [1.0]
+        assert snapshot.unclassified_by_reason == {}
+        assert _series(zk_scene, "kafka_txn_exporter_unclassified_transactions") == []
         return
     # 2.8: no ListTransactions/DescribeTransactions. Nothing reads 0 for what is unknown.
     assert snapshot.transaction_states is None and states == []
@@ -358,12 +360,21 @@ def test_what_the_version_cannot_serve_is_absent_with_its_reason(zk_scene: ZkSce
         classification="unknown", transactional_id="",
     )  # fmt: skip
     assert snapshot.blocked_groups_unknown_by_reason == {"unsupported_api": 1}
-    # The status page shows the unknown counts as unknown, and scan says why.
+    # Why hanging and orphaned are unknown is counted.
+    assert snapshot.unclassified_by_reason == {"unsupported_api": 1}
+    assert _series(
+        zk_scene, "kafka_txn_exporter_unclassified_transactions", reason="unsupported_api"
+    ) == [1.0]  # fmt: skip
+    # The status page shows the unknown counts as unknown and says why, so does scan.
     row = zk_scene.status_page.split('data-broker="1"', 1)[1].split("</tr>", 1)[0]
     assert row.count(">?</td>") == 2, row  # hanging and orphaned
+    assert "do not offer ListTransactions/DescribeTransactions" in zk_scene.status_page
     notes = zk_scene.scan_json["notes"]
     assert isinstance(notes, list)
-    assert any("could not be classified" in note for note in notes), notes
+    assert any(
+        "could not be classified (unsupported_api: the brokers do not offer ListTransactions"
+        in note for note in notes
+    ), notes
     assert any("blocked consumer groups unknown (unsupported_api)" in n for n in notes), notes
 
 
@@ -407,3 +418,67 @@ def test_abort_ends_the_late_hanging_transaction_or_refuses_what_it_cannot_confi
         assert "nothing written" in result.stdout
         assert zk_scene.lso_after == start
         assert len(_late_on(after, topic)) == 1
+
+
+# ------------------------------------------------------------- the simulator's old profiles
+
+
+SIM_PROFILE = {(2, 8): "2.8", (3, 0): "3.0"}
+"""The simulator's release profiles these brokers judge (3.5 and 3.6 have none)."""
+TRANSACTION_APIS = {
+    22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers",
+    61: "DescribeProducers", 65: "DescribeTransactions", 66: "ListTransactions",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LiveApiVersions:
+    api_versions: dict[int, tuple[int, int]]
+    supported_features: list[tuple[str, int, int]]
+    finalized_features_epoch: int
+    finalized_features: list[tuple[str, int, int]]
+
+
+def _live_api_versions(cluster: RealKafkaCluster) -> LiveApiVersions:
+    """The broker's ApiVersions v3 answer."""
+    from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+    from kafka_sim.client import RawKafkaClient
+
+    with RawKafkaClient("127.0.0.1", cluster.port()) as client:
+        answer = client.request(
+            ApiVersionsRequest[3](client_software_name="kte-test", client_software_version="1")
+        )
+    return LiveApiVersions(
+        {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys},
+        [(f.name, f.min_version, f.max_version) for f in answer.supported_features],
+        int(answer.finalized_features_epoch),
+        [(f.name, f.min_version_level, f.max_version_level) for f in answer.finalized_features],
+    )
+
+
+def test_the_simulators_release_profile_answers_apiversions_as_the_live_broker(
+    real_zk_kafka: RealKafkaCluster, zk_scene: ZkScene
+) -> None:
+    from kafka_sim.versions import PROFILES
+
+    live = _live_api_versions(real_zk_kafka)
+    ranges = live.api_versions
+    # What the exporter relies on, per release (docs/compatibility.md).
+    assert 61 in ranges  # DescribeProducers from 2.8
+    assert (65 in ranges, 66 in ranges) == (zk_scene.has_transactions_api,) * 2
+    assert ranges[24][1] == (4 if zk_scene.version >= (3, 6) else 3)  # verification from 3.6
+    # Finalized features reported (epoch >= 0), transaction.version not among them: level 0.
+    assert live.finalized_features_epoch >= 0
+    assert "transaction.version" not in {name for name, _, _ in live.finalized_features}
+    name = SIM_PROFILE.get(zk_scene.version)
+    if name is None:
+        return
+    profile = PROFILES[name]
+    assert dict(profile.api_versions) == ranges
+    assert [
+        (f.name, f.min_version, f.max_version) for f in profile.supported_features_for(3)
+    ] == live.supported_features
+    assert profile.finalized_features_epoch == live.finalized_features_epoch
+    assert [
+        (f.name, f.min_version_level, f.max_version_level) for f in profile.finalized_features
+    ] == live.finalized_features
