@@ -22,7 +22,7 @@ rules themselves live in `exporter.rules`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 from exporter.applications import applications_by_id
 from exporter.model import (
@@ -509,6 +509,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         },
         blocked_groups_unknown_by_reason=dict(sorted(blocked_unknown_by_reason.items())),
         orphan_detection_warm=obs.orphan_detection_warm and up,
+        unclassified_by_reason=unclassified_by_reason(obs, late),
         two_phase_transactions=tuple(two_phase),
         blocking_transactions=tuple(blocking),
         applications_overflowed=applications_overflowed,
@@ -560,6 +561,22 @@ def reported_applications(
         ):
             ids.add(tid)
     return applications_by_id(ids, settings.application_patterns, settings.max_applications)
+
+
+def unclassified_by_reason(
+    obs: ClusterObservation, late: Sequence[LateTransaction]
+) -> dict[str, int]:
+    """Late transactions classified unknown, per reason: the brokers' release lacks the
+    coordinator APIs (`unsupported_api`), or a coordinator's answer is missing (`error`)."""
+    unknown = sum(1 for lt in late if lt.classification is Classification.UNKNOWN)
+    if not unknown:
+        return {}
+    reason = (
+        UnobservedReason.UNSUPPORTED_API
+        if obs.coordinator_view_unsupported
+        else UnobservedReason.ERROR
+    )
+    return {reason.value: unknown}
 
 
 def finalized_transaction_version(obs: ClusterObservation) -> int | None:

@@ -229,6 +229,13 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cluster",),
     ),
     MetricSpec(
+        "kafka_txn_exporter_unclassified_transactions", "gauge",
+        "Late transactions whose classification (hanging or coordinator-tracked) is unknown, "
+        "by reason (unsupported_api: Kafka before 3.0 has no ListTransactions/"
+        "DescribeTransactions; error); the hanging and orphaned counts are then absent.",
+        ("cluster", "reason"),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_open_transactions_by_start_time_source", "gauge",
         "Open transactions by where their start time came from (batch_timestamp, "
         "last_timestamp, first_seen: the producer's timestamps were missing or impossible); "

@@ -107,6 +107,14 @@ class TransactionDescription:
     topic_partitions: frozenset[TopicPartition]
 
 
+UNCLASSIFIED_WHY = {
+    "unsupported_api": "unsupported_api: the brokers do not offer ListTransactions/"
+    "DescribeTransactions, Kafka before 3.0; hanging and orphaned are unknown",
+    "error": "error: coordinator view incomplete",
+}
+"""Why late transactions are classified unknown, as scan and the status page say it."""
+
+
 class UnobservedReason(StrEnum):
     """Why partitions were not observed: the small fixed vocabulary used as a metric label.
 
@@ -240,6 +248,9 @@ class ClusterObservation:
     """transactional_id -> description; None when TRANSACTIONAL_ID_NOT_FOUND."""
     coordinator_view_complete: bool = True
     """False when ListTransactions/DescribeTransactions failed or are unsupported."""
+    coordinator_view_unsupported: frozenset[str] = frozenset()
+    """The coordinator-side APIs (ListTransactions, DescribeTransactions, FindCoordinator) some
+    broker did not offer in this poll: why the view is incomplete on Kafka before 3.0."""
     transaction_states: Mapping[str, int] | None = None
     """Count of transactional ids per coordinator state (ListTransactions), None if unknown."""
     last_stable_offset_lag: Mapping[TopicPartition, int] = field(default_factory=dict)
@@ -438,6 +449,10 @@ class ClusterSnapshot:
     reasons with a count)."""
     orphan_detection_warm: bool = False
     """`ClusterObservation.orphan_detection_warm` of the poll."""
+    unclassified_by_reason: Mapping[str, int] = field(default_factory=dict)
+    """Late transactions classified unknown (hanging or tracked could not be decided), per
+    reason: `unsupported_api` when a broker lacks the coordinator APIs (Kafka before 3.0),
+    else `error` (a coordinator's answer missing). Only reasons with a count."""
     two_phase_transactions: tuple[TwoPhaseTransaction, ...] = ()
     """Every open two-phase-commit transaction (KIP-939), stuck or not; none of them is in
     `late_transactions`."""

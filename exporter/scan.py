@@ -33,6 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
 from exporter.model import (
+    UNCLASSIFIED_WHY,
     BlockingTransaction,
     Classification,
     ClusterObservation,
@@ -407,11 +408,9 @@ def run_scan(
         if snapshot.unobserved_partitions:
             notes.append(f"{cluster.name}: {snapshot.unobserved_partitions} partition(s) "
                          "could not be observed")
-        unknown = sum(1 for late in snapshot.late_transactions
-                      if late.classification is Classification.UNKNOWN)
-        if unknown:
+        for reason, unknown in sorted(snapshot.unclassified_by_reason.items()):
             notes.append(f"{cluster.name}: {unknown} late transaction(s) could not be "
-                         "classified (coordinator view incomplete)")
+                         f"classified ({UNCLASSIFIED_WHY.get(reason, reason)})")
         for reason, count in sorted(snapshot.blocked_groups_unknown_by_reason.items()):
             notes.append(f"{cluster.name}: blocked consumer groups unknown ({reason}) for "
                          f"{count} transaction(s)")

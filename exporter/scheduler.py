@@ -177,6 +177,7 @@ def summarize(
             [b.partitions_with_orphaned_transactions for b in counted]),
         "blocked_consumer_groups": len(blocked),
         "blocked_consumer_groups_unknown": dict(snapshot.blocked_groups_unknown_by_reason),
+        "unclassified_transactions": dict(snapshot.unclassified_by_reason),
         "max_active_transaction_duration_seconds": (
             None if (oldest := snapshot.cluster_max_active_transaction_duration_seconds) is None
             else round(oldest, 3)

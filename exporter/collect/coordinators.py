@@ -93,6 +93,7 @@ class CoordinatorReader:
                 # view is missing, so unmapped producers classify as unknown, never hanging.
                 if exc.kind == UNSUPPORTED_API_KIND:
                     self._support.unsupported(broker_id, "ListTransactions")
+                    state.unsupported_apis.add("ListTransactions")
                 else:
                     state.error(broker_id, "ListTransactions", exc.kind)
                 return None
@@ -185,6 +186,7 @@ class CoordinatorReader:
                 requests = find_coordinator_requests(connection, transactional_ids)
             except CollectError as exc:
                 if exc.kind == UNSUPPORTED_API_KIND:
+                    state.unsupported_apis.add("FindCoordinator")
                     raise _CoordinatorApiUnsupported() from exc
                 state.error(broker, "FindCoordinator", exc.kind)
                 continue
@@ -236,6 +238,7 @@ class CoordinatorReader:
                 # A coordinator on Kafka < 3.0 (mixed cluster): its ids stay undescribed and
                 # classify as unknown; the other coordinators' answers still count.
                 self._support.unsupported(coordinator, "DescribeTransactions")
+                state.unsupported_apis.add("DescribeTransactions")
                 view.complete = False
                 return []
             state.error(coordinator, "DescribeTransactions", exc.kind)

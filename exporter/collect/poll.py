@@ -250,6 +250,7 @@ class ClusterPoller:
             transactional_ids=coordinator_view.transactional_ids,
             descriptions=coordinator_view.descriptions,
             coordinator_view_complete=coordinator_view.complete,
+            coordinator_view_unsupported=frozenset(state.unsupported_apis),
             transaction_states=coordinator_view.states,
             last_stable_offset_lag=offsets.lag,
             request_errors=tuple(state.request_errors),

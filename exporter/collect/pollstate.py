@@ -38,6 +38,8 @@ class PollState:
     """DescribeProducers entries with an open transaction, before their start times."""
     unobservable_brokers: set[int] = field(default_factory=set)
     """Brokers up but without DescribeProducers: their partitions are unobserved."""
+    unsupported_apis: set[str] = field(default_factory=set)
+    """Coordinator-side APIs some broker of this poll does not offer (Kafka before 3.0)."""
 
     def error(self, broker_id: int, api: str, error: str) -> None:
         self.request_errors.append(RequestError(broker_id, api, error))

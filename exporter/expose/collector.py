@@ -308,3 +308,5 @@ def _collect_blocked_groups(state: ClusterState, snap: ClusterSnapshot, fam: _Fa
                 reason)
     fam.add("kafka_txn_exporter_applications_overflowed", state,
             float(snap.applications_overflowed))
+    for reason, count in sorted(snap.unclassified_by_reason.items()):
+        fam.add("kafka_txn_exporter_unclassified_transactions", state, float(count), reason)

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from exporter.model import (
+    UNCLASSIFIED_WHY,
     BlockingTransaction,
     Classification,
     ClusterSnapshot,
@@ -222,6 +223,11 @@ def _cluster_section(
         f"{len(snapshot.late_transactions)} late, {hanging} hanging, {orphaned} orphaned, "
         f"{len(snapshot.two_phase_transactions)} two-phase",
     ]
+    for reason, count in sorted(snapshot.unclassified_by_reason.items()):
+        out.append(
+            f" &middot; <span class=\"error\">{count} late transaction(s) not classified "
+            f"({_e(UNCLASSIFIED_WHY.get(reason, reason))})</span>"
+        )
     if snapshot.unobserved_partitions:
         out.append(
             f" &middot; <span class=\"error\">{snapshot.unobserved_partitions} partition(s) "

@@ -1,10 +1,11 @@
 """Real Apache Kafka on loopback: the judge the simulator answers to.
 
 Starts KRaft brokers from the jars `scripts/install-kafka` resolved from Maven Central (one
-combined broker+controller, or three combined nodes for fault tests), runs Kafka's own tools from
-the same jars, and reads the brokers' JMX gauges with Kafka's JmxTool. Every process runs in a
-session of its own, dies with the Python process that started it (PR_SET_PDEATHSIG) and is
-stopped, whole group, by `stop()`.
+combined broker+controller, or three combined nodes for fault tests), or ZooKeeper-mode brokers
+of the releases before 4.0 with a ZooKeeper server of their own (the one their kafka_2.13
+depends on); runs Kafka's own tools from the same jars, and reads the brokers' JMX gauges with
+Kafka's JmxTool. Every process runs in a session of its own, dies with the Python process that
+started it (PR_SET_PDEATHSIG) and is stopped, whole group, by `stop()`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -20,6 +22,7 @@ import subprocess
 import threading
 import time
 import uuid
+import zipfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -131,6 +134,18 @@ class KafkaInstall:
             )
         return cls(version=version, lib=home / "lib")
 
+    def has_class(self, class_name: str) -> bool:
+        """Whether one of the version's jars holds `class_name` (tools moved between jars and
+        packages over the releases: JmxTool, ConsumerGroupCommand, ConsoleConsumer...)."""
+        return _has_class(self.lib, class_name.replace(".", "/") + ".class")
+
+    def tool_class(self, *candidates: str) -> str:
+        """The first of `candidates` (newest name first) this version ships."""
+        for candidate in candidates:
+            if self.has_class(candidate):
+                return candidate
+        raise KafkaNotInstalled(f"Kafka {self.version} has none of {', '.join(candidates)}")
+
     @property
     def major_minor(self) -> tuple[int, int]:
         major, minor = self.version.split(".")[:2]
@@ -161,6 +176,20 @@ class KafkaInstall:
             stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
         )
+
+
+@functools.cache
+def _jar_entries(jar: Path) -> frozenset[str]:
+    with zipfile.ZipFile(jar) as archive:
+        return frozenset(archive.namelist())
+
+
+def _has_class(lib: Path, entry: str) -> bool:
+    return any(
+        entry in _jar_entries(jar)
+        for jar in sorted(lib.glob("*.jar"))
+        if jar.name.startswith(("kafka", "zookeeper"))
+    )
 
 
 def free_port() -> int:
@@ -209,6 +238,10 @@ class _Node:
 class RealKafkaCluster:
     """A KRaft cluster of `nodes` combined broker+controller nodes on free loopback ports.
 
+    With `zookeeper`, the nodes are ZooKeeper-mode brokers (releases before 4.0) registered in a
+    ZooKeeper server of their own on a free loopback port (ZooKeeperServerMain, admin server and
+    four-letter words off), started first and stopped last.
+
     `broker_config` is added to (and overrides) every node's server.properties;
     `listeners` adds client listeners (SASL_SSL, ...) beside PLAINTEXT, whose security settings go
     in `broker_config`; `jvm_options` reach every broker JVM (a JAAS file, say).
@@ -222,9 +255,14 @@ class RealKafkaCluster:
     jvm_options: Sequence[str] = ()
     heap: str = "512m"
     cluster_id: str = ""
+    zookeeper: bool = False
     _nodes: list[_Node] = field(default_factory=list, init=False)
+    _zookeeper_port: int = field(default=0, init=False)
+    _zookeeper_process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        if self.zookeeper:
+            self._zookeeper_port = free_port()
         self.cluster_id = self.cluster_id or _kraft_cluster_id()
         for index in range(self.nodes):
             node_id = index + 1
@@ -264,6 +302,10 @@ class RealKafkaCluster:
         path = self._node(node_id).log_file
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def log_dir(self, node_id: int = 1) -> Path:
+        """The node's `log.dirs`: a partition's segments are in `<topic>-<partition>/`."""
+        return self._node(node_id).directory / "data"
+
     def _node(self, node_id: int) -> _Node:
         for node in self._nodes:
             if node.node_id == node_id:
@@ -281,6 +323,12 @@ class RealKafkaCluster:
         """Format and launch every node without waiting (then `wait_started`), so that several
         clusters boot at once. Call it from the thread that will stop them: the JVMs die with
         the thread that launched them (PR_SET_PDEATHSIG)."""
+        if self.zookeeper:
+            self._start_zookeeper()
+            for node in self._nodes:
+                self._write_configs(node)
+                self._launch(node)
+            return
         # Each format is a JVM start (seconds on a loaded machine): the nodes' in parallel.
         # (The formats end before their threads do, so PR_SET_PDEATHSIG does not touch them.)
         with ThreadPoolExecutor(max_workers=len(self._nodes)) as pool:
@@ -288,7 +336,88 @@ class RealKafkaCluster:
         for node in self._nodes:
             self._launch(node)
 
+    @property
+    def zookeeper_connect(self) -> str:
+        return f"127.0.0.1:{self._zookeeper_port}"
+
+    def _start_zookeeper(self, timeout: float = 120.0) -> None:
+        """ZooKeeper's own standalone server (from the zookeeper jar kafka_2.13 depends on),
+        until its client port accepts connections."""
+        directory = self.workdir / "zookeeper"
+        (directory / "data").mkdir(parents=True, exist_ok=True)
+        config = directory / "zoo.cfg"
+        config.write_text(
+            f"dataDir={directory / 'data'}\n"
+            f"clientPort={self._zookeeper_port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "maxClientCnxns=0\n"
+            "tickTime=2000\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=\n"
+        )
+        log = directory / "zookeeper.log"
+        (directory / "log4j.properties").write_text(_LOG4J1.format(log=log))
+        jvm = [
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            f"-Dlog4j.configuration=file:{directory / 'log4j.properties'}",
+        ]
+        with open(directory / "stdout.log", "ab") as out:
+            self._zookeeper_process = subprocess.Popen(
+                self.install.java_args(
+                    "org.apache.zookeeper.server.ZooKeeperServerMain", str(config), jvm=jvm
+                ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + timeout
+        while not _accepts(self._zookeeper_port):
+            if self._zookeeper_process.poll() is not None:
+                raise RuntimeError(
+                    f"ZooKeeper exited with {self._zookeeper_process.returncode}: "
+                    f"{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ZooKeeper did not start in {timeout} s")
+            time.sleep(0.2)
+
+    def _zookeeper_properties(self, node: _Node) -> dict[str, str]:
+        listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
+        protocol_map = ["PLAINTEXT:PLAINTEXT"]
+        for listener in self.listeners:
+            port = node.extra_ports[listener.name]
+            listeners.append(f"{listener.name}://127.0.0.1:{port}")
+            protocol_map.append(f"{listener.name}:{listener.protocol}")
+        replication = str(min(3, self.nodes))
+        props = {
+            "broker.id": str(node.node_id),
+            "zookeeper.connect": self.zookeeper_connect,
+            "zookeeper.connection.timeout.ms": "60000",
+            "zookeeper.session.timeout.ms": "30000",
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(listeners),
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": ",".join(protocol_map),
+            "log.dirs": str(node.directory / "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": replication,
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+            "log.segment.bytes": str(16 * 1024 * 1024),
+        }
+        props.update(self.broker_config)
+        return props
+
     def _properties(self, node: _Node) -> dict[str, str]:
+        if self.zookeeper:
+            return self._zookeeper_properties(node)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self._nodes)
         listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"]
         advertised = [f"PLAINTEXT://127.0.0.1:{node.port}"]
@@ -325,7 +454,7 @@ class RealKafkaCluster:
         props.update(self.broker_config)
         return props
 
-    def _format(self, node: _Node) -> None:
+    def _write_configs(self, node: _Node) -> Path:
         node.directory.mkdir(parents=True, exist_ok=True)
         props_file = node.directory / "server.properties"
         props_file.write_text(
@@ -333,6 +462,10 @@ class RealKafkaCluster:
         )
         (node.directory / "log4j.properties").write_text(_LOG4J1.format(log=node.log_file))
         (node.directory / "log4j2.yaml").write_text(_LOG4J2.format(log=node.log_file))
+        return props_file
+
+    def _format(self, node: _Node) -> None:
+        props_file = self._write_configs(node)
         result = self.install.run_tool(
             "kafka.tools.StorageTool",
             "format",
@@ -384,7 +517,11 @@ class RealKafkaCluster:
                     f"Kafka node {node_id} exited with {node.process.returncode}: "
                     f"{self.log_text(node_id)[-3000:]}"
                 )
-            if "Kafka Server started" in self.log_text(node_id) and _accepts(node.port):
+            # KRaft: "Kafka Server started"; ZooKeeper mode: "[KafkaServer id=N] started".
+            text = self.log_text(node_id)
+            zookeeper_mode = f"[KafkaServer id={node_id}] started"
+            started = "Kafka Server started" in text or zookeeper_mode in text
+            if started and _accepts(node.port):
                 return
             time.sleep(0.2)
         raise TimeoutError(f"Kafka node {node_id} did not start in {timeout} s")
@@ -438,6 +575,21 @@ class RealKafkaCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(node.process.pid, signal.SIGKILL)
                 node.process.wait(timeout=10)
+        self._stop_zookeeper()
+
+    def _stop_zookeeper(self) -> None:
+        process = self._zookeeper_process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
 
     def __enter__(self) -> RealKafkaCluster:
         return self.start()
@@ -510,7 +662,8 @@ class RealKafkaCluster:
         use *), read in one run of Kafka's JmxTool (a JVM start): {object name: value}."""
         names = [arg for name in object_names for arg in ("--object-name", name)]
         result = self.tool(
-            "org.apache.kafka.tools.JmxTool",
+            # org.apache.kafka.tools from 3.5, the Scala kafka.tools before.
+            self.install.tool_class("org.apache.kafka.tools.JmxTool", "kafka.tools.JmxTool"),
             "--jmx-url",
             self.jmx_url(node_id),
             *names,
@@ -568,6 +721,7 @@ def start_cluster(
     broker_config: Mapping[str, str] | None = None,
     listeners: Sequence[Listener] = (),
     jvm_options: Sequence[str] = (),
+    zookeeper: bool = False,
 ) -> RealKafkaCluster:
     """Install check, then start: the one call tests and the demo make."""
     cluster = RealKafkaCluster(
@@ -577,6 +731,7 @@ def start_cluster(
         broker_config=dict(broker_config or {}),
         listeners=listeners,
         jvm_options=jvm_options,
+        zookeeper=zookeeper,
     )
     try:
         return cluster.start()

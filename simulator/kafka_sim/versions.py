@@ -17,8 +17,10 @@ What matters for transactions, per release (the JSON schemas' validVersions hist
 - WriteTxnMarkers (27) v1 (flexible) from 2.8; 4.0 removed v0 (KIP-896); v2 in 4.2.
 - AddPartitionsToTxn (24) v4 (broker-side verification, KIP-890 part 1) from 3.6: older brokers
   have no `transaction.partition.verification.enable` and append any transactional batch.
-Features (KIP-584) are only filled in where known: the ZooKeeper-mode 2.x/3.x brokers are
-modelled with none (finalized epoch -1, the schema default); 4.1 reuses the 4.0 capture's
+Features (KIP-584) are only filled in where known: the ZooKeeper-mode 2.x/3.x brokers
+advertise none; live 2.8.2 and 3.0.2 brokers report finalized features epoch 0 with an empty
+list (so the "2.8" and "3.0" profiles do), 2.7 and 3.8 keep -1 (the schema default: none
+reported), not checked against a live broker; 4.1 reuses the 4.0 capture's
 feature levels, which are not verified for 4.1 (only `transaction.version` affects the
 simulator, and 2 is the default finalized level of new 4.x clusters).
 The "3.9", "4.0.2" and "4.4" profiles are the ApiVersions v4 answers of live KRaft brokers of
@@ -269,12 +271,21 @@ _KAFKA_4_4_FINALIZED_EPOCH = 40
 
 # ApiVersionsResponse.json: FinalizedFeaturesEpoch defaults to -1 (no finalized features).
 _NO_FINALIZED_FEATURES_EPOCH = -1
+# Live ZooKeeper-mode 2.8.2 and 3.0.2 brokers answer ApiVersions v3 with epoch 0 and empty
+# supported and finalized feature lists (tests/realkafka/test_real_zookeeper.py): finalized
+# features are reported, none of them transaction.version (level 0).
+_ZOOKEEPER_FINALIZED_EPOCH = 0
 
 
 def _release(
-    name: str, api_versions: Mapping[int, tuple[int, int]], *, features_of_4_0: bool = False
+    name: str,
+    api_versions: Mapping[int, tuple[int, int]],
+    *,
+    features_of_4_0: bool = False,
+    finalized_features_epoch: int = _NO_FINALIZED_FEATURES_EPOCH,
 ) -> VersionProfile:
-    """A release profile; without `features_of_4_0` it advertises no features (ZK mode)."""
+    """A release profile; without `features_of_4_0` it advertises no features (ZK mode), with
+    the given finalized features epoch (-1: none reported)."""
     if features_of_4_0:
         return VersionProfile(
             name=name,
@@ -287,7 +298,7 @@ def _release(
         name=name,
         api_versions=MappingProxyType(dict(api_versions)),
         supported_features=(),
-        finalized_features_epoch=_NO_FINALIZED_FEATURES_EPOCH,
+        finalized_features_epoch=finalized_features_epoch,
         finalized_features=(),
     )
 
@@ -303,8 +314,14 @@ KAFKA_4_0 = VersionProfile(
 PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
     {
         "2.7": _release("2.7", _KAFKA_2_7_API_VERSIONS),
-        "2.8": _release("2.8", _KAFKA_2_8_API_VERSIONS),
-        "3.0": _release("3.0", _KAFKA_3_0_API_VERSIONS),
+        # 2.8 and 3.0: checked against live ZooKeeper-mode 2.8.2 and 3.0.2 brokers (ApiVersions
+        # row for row, features); 2.7 and 3.8 are not (no real broker of theirs runs).
+        "2.8": _release(
+            "2.8", _KAFKA_2_8_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH
+        ),
+        "3.0": _release(
+            "3.0", _KAFKA_3_0_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH
+        ),
         "3.8": _release("3.8", _KAFKA_3_8_API_VERSIONS),
         "4.0": KAFKA_4_0,
         "4.1": _release("4.1", _KAFKA_4_1_API_VERSIONS, features_of_4_0=True),

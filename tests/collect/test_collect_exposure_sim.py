@@ -158,9 +158,10 @@ def test_refused_or_down_broker_has_no_verification_flag(sim: SimCluster, env: P
     assert values(samples, "kafka_finalized_transaction_version", "cluster") == {"sim": 2.0}
 
 
-def test_old_brokers_report_neither_flag() -> None:
-    # Kafka 3.0 has no transaction.partition.verification.enable (3.6+), and the simulator's
-    # 3.0 profile reports no finalized features (epoch -1): both are absent, never 0.
+def test_old_brokers_report_no_verification_flag_and_transaction_version_0() -> None:
+    # Kafka 3.0 has no transaction.partition.verification.enable (3.6+): absent, never 0. Like
+    # a live ZooKeeper-mode 3.0.2 broker, the 3.0 profile reports finalized features (epoch 0)
+    # without transaction.version: level 0, known.
     with SimCluster(brokers=2, topics={"t": 1}, broker_config={
             "transaction.max.timeout.ms": "60000"}, profile="3.0") as sim:
         with poll_env(sim, "sim", **SETTINGS) as env:
@@ -168,9 +169,22 @@ def test_old_brokers_report_neither_flag() -> None:
         assert [b.partition_verification for b in obs.brokers] == [
             PartitionVerification.NOT_OFFERED] * 2
         assert [b.transaction_max_timeout_ms for b in obs.brokers] == [60000, 60000]
-        assert obs.finalized_features is None and snap.finalized_transaction_version is None
+        assert obs.finalized_features is not None and obs.finalized_features.epoch == 0
+        assert snap.finalized_transaction_version == 0
         samples = scrape(env, snap)
         assert values(samples, "kafka_transaction_partition_verification_enabled", "b") == {}
+        assert values(samples, "kafka_finalized_transaction_version", "cluster") == {"sim": 0.0}
+
+
+def test_brokers_that_report_no_finalized_features_leave_the_version_absent() -> None:
+    # The 3.8 profile's ApiVersions carries no finalized features (epoch -1, the schema
+    # default): the transaction version is unknown, absent, never 0.
+    with SimCluster(brokers=2, topics={"t": 1}, broker_config={
+            "transaction.max.timeout.ms": "60000"}, profile="3.8") as sim:
+        with poll_env(sim, "sim", **SETTINGS) as env:
+            obs, snap = env.poll()
+        assert obs.finalized_features is None and snap.finalized_transaction_version is None
+        samples = scrape(env, snap)
         assert values(samples, "kafka_finalized_transaction_version", "cluster") == {}
 
 

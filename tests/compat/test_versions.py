@@ -241,13 +241,17 @@ def test_hanging_transaction(make_env: Callable[..., Any], release: str) -> None
             assert late.classification is Classification.HANGING
             assert late.transactional_id == "hang-1"
             assert by_broker[leader].partitions_with_hanging_transactions == 1
+            assert snap.unclassified_by_reason == {}
         else:
             # 2.8: late is still detected, but "hanging" needs the coordinator's word.
             assert late.classification is Classification.UNKNOWN
             assert late.transactional_id == ""
             assert not obs.coordinator_view_complete
-            # Unknown, not 0: a hanging transaction may hide among the unknown ones.
+            # Unknown, not 0: a hanging transaction may hide among the unknown ones; why is
+            # counted (the release lacks ListTransactions).
             assert by_broker[leader].partitions_with_hanging_transactions is None
+            assert obs.coordinator_view_unsupported == {"ListTransactions"}
+            assert snap.unclassified_by_reason == {"unsupported_api": 1}
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -281,6 +285,9 @@ def test_broker_down(make_env: Callable[..., Any], release: str) -> None:
             assert late.classification is Classification.HANGING
         else:
             assert late.classification is Classification.UNKNOWN
+            # A leaderless coordinator is an error; a release without the APIs is not.
+            reason = "error" if release in WITH_COORDINATOR_APIS else "unsupported_api"
+            assert snap.unclassified_by_reason == {reason: 1}
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """Real Apache Kafka brokers for the tests under tests/realkafka (marker `real_kafka`).
 
 Each test runs once per version of the matrix (scripts/kafka-versions, or the versions in
-KTE_KAFKA_VERSIONS), against brokers started from the jars scripts/install-kafka resolved from
-Maven Central. A version that is not installed fails its tests with the command that installs it;
-nothing is skipped.
+KTE_KAFKA_VERSIONS); the tests of the ZooKeeper-mode brokers (`real_zk_kafka`) once per version
+of scripts/kafka-zk-versions (or KTE_KAFKA_ZK_VERSIONS); against brokers started from the jars
+scripts/install-kafka resolved from Maven Central. A version that is not installed fails its
+tests with the command that installs it; nothing is skipped.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import structlog
 from kafka_sim.realkafka import RealKafkaCluster, start_cluster
-from realhelpers import VERIFICATION_OFF, kafka_versions
+from realhelpers import VERIFICATION_OFF, kafka_versions, kafka_zk_versions
 
 _HERE = Path(__file__).resolve().parent
 
@@ -69,6 +70,28 @@ def clients_kafka(
 
     workdir = tmp_path_factory.mktemp(f"kafka-clients-{kafka_version}")
     cluster = start_cluster(kafka_version, workdir, broker_config=CLIENTS_BROKER_CONFIG)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session", params=kafka_zk_versions())
+def kafka_zk_version(request: pytest.FixtureRequest) -> str:
+    version: str = request.param
+    return version
+
+
+@pytest.fixture(scope="session")
+def real_zk_kafka(
+    kafka_zk_version: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealKafkaCluster]:
+    """One ZooKeeper-mode broker (with its own ZooKeeper) per version of the ZooKeeper set;
+    partition verification off where the setting exists (3.6+; older brokers never verify)."""
+    workdir = tmp_path_factory.mktemp(f"kafka-zk-{kafka_zk_version}")
+    major, minor = (int(part) for part in kafka_zk_version.split(".")[:2])
+    config = VERIFICATION_OFF if (major, minor) >= (3, 6) else {}
+    cluster = start_cluster(kafka_zk_version, workdir, broker_config=config, zookeeper=True)
     try:
         yield cluster
     finally:

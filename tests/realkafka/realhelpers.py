@@ -43,6 +43,16 @@ def kafka_versions() -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+def kafka_zk_versions() -> list[str]:
+    """The ZooKeeper-mode set: KTE_KAFKA_ZK_VERSIONS (space-separated) or
+    scripts/kafka-zk-versions (a focused set per version, not the whole matrix)."""
+    chosen = os.environ.get("KTE_KAFKA_ZK_VERSIONS", "").split()
+    if chosen:
+        return chosen
+    lines = (REPO / "scripts" / "kafka-zk-versions").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
 def unique(prefix: str) -> str:
     """A topic or transactional id no other test of the session uses."""
     return f"{prefix}-{os.getpid()}-{next(_names)}"
