@@ -43,6 +43,16 @@ def kafka_versions() -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+def client_kafka_versions() -> list[str]:
+    """Where the real-client tests (librdkafka, Kafka Streams, Flink) run: KTE_CLIENT_KAFKA_VERSIONS
+    (space-separated), or the newest version of the matrix. They take minutes per version (a
+    Flink job, Streams rebalances, broker restarts), so the suite runs them on one version to
+    stay inside its time budget; every version of the matrix passed them
+    (docs/compatibility.md#real-clients)."""
+    chosen = os.environ.get("KTE_CLIENT_KAFKA_VERSIONS", "").split()
+    return chosen or kafka_versions()[-1:]
+
+
 def kafka_zk_versions() -> list[str]:
     """The ZooKeeper-mode set: KTE_KAFKA_ZK_VERSIONS (space-separated) or
     scripts/kafka-zk-versions (a focused set per version, not the whole matrix)."""
