@@ -59,16 +59,20 @@ class CoordinatorReader:
     """Maps producers of the transactions asked about to their transactional ids and
     coordinators.
 
-    Its one cache (transactional id -> coordinator broker) holds only the ids asked about in
-    the latest poll: an id whose transaction ended is forgotten at the end of the next poll."""
+    Its caches (transactional id -> coordinator broker; producer id -> transactional id) hold
+    only the ids and producers asked about in the latest poll: one whose transaction ended is
+    forgotten at the end of the next poll."""
 
     def __init__(self, client: ClusterClient, support: ApiSupportLog) -> None:
         self._client = client
         self._support = support
         self._coordinators: dict[str, int] = {}
+        self._listed_ids: dict[int, str] = {}
+        """Producer id -> the transactional id a coordinator listed for it, for the producers
+        asked about last poll."""
 
     def cache_sizes(self) -> dict[str, int]:
-        return {"coordinators": len(self._coordinators)}
+        return {"coordinators": len(self._coordinators), "listed_ids": len(self._listed_ids)}
 
     async def list_transactions(self, meta: MetadataView, state: PollState) -> Listing:
         """Every broker's ListTransactions (each coordinates a slice) and whether all answered."""
@@ -131,6 +135,15 @@ class CoordinatorReader:
         view.transactional_ids = {
             pid: ids_by_producer[pid] for pid in asked_producers if pid in ids_by_producer
         }
+        # A producer a coordinator listed last poll and lists no more, its transaction still
+        # open: a coordinator just restarted lists nothing, without an error, until it has taken
+        # its __transaction_state partitions (docs/kafka-semantics.md#a-restarted-coordinator).
+        # So it is asked about by the id it had; the coordinator's own answer decides
+        # (NOT_COORDINATOR or loading: unknown; TRANSACTIONAL_ID_NOT_FOUND: not tracked).
+        for pid in asked_producers:
+            if pid not in view.transactional_ids and pid in self._listed_ids:
+                view.transactional_ids[pid] = self._listed_ids[pid]
+        self._listed_ids = dict(view.transactional_ids)
         wanted_ids = set(view.transactional_ids.values())
         wanted = sorted(wanted_ids)
         # Forget the coordinators of ids no longer asked about (their transactions ended).

@@ -75,6 +75,11 @@ class FakeCluster:
     calls: list[tuple[int, int]] = field(default_factory=list)  # (broker, api_key)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     after_metadata: list[Callable[[], None]] = field(default_factory=list)
+    unelected_coordinators: set[int] = field(default_factory=set)
+    """Brokers just restarted whose transaction coordinator has not taken its
+    __transaction_state partitions yet (Kafka's TransactionStateManager owns and loads none):
+    ListTransactions answers an empty list without error, DescribeTransactions NOT_COORDINATOR,
+    while Metadata (so FindCoordinator) already names them."""
     omit_from_describe_producers: set[Key] = field(default_factory=set)
     """Partitions a DescribeProducers answer leaves out although asked (not what a healthy
     broker does: what a broken one or a proxy in the middle may)."""
@@ -331,6 +336,7 @@ class FakeCluster:
                 )
                 for tid, t in sorted(self.transactions.items())
                 if t.coordinator == ctx.broker_id and (not pids or t.producer_id in pids)
+                and ctx.broker_id not in self.unelected_coordinators
             ],
         )
 
@@ -366,7 +372,8 @@ class FakeCluster:
             code = self._take_error(65, tid)
             if not code and txn is None:
                 code = 105
-            if not code and txn is not None and txn.coordinator != ctx.broker_id:
+            unelected = ctx.broker_id in self.unelected_coordinators
+            if not code and txn is not None and (txn.coordinator != ctx.broker_id or unelected):
                 code = 16
             if code or txn is None:
                 states.append(

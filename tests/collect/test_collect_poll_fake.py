@@ -143,6 +143,37 @@ def test_late_coordinator_tracked_transaction(make_env: MakeEnv) -> None:
     assert snap.brokers[0].partitions_with_hanging_transactions == 0
 
 
+def test_a_restarted_coordinator_that_lists_nothing_yet_makes_no_orphan(make_env: MakeEnv) -> None:
+    """Right after a broker restart its coordinator answers ListTransactions with an empty list
+    and no error until it has taken its __transaction_state partitions (a real 4.4.0 broker
+    did for ~5 s, docs/kafka-semantics.md#a-restarted-coordinator). A tracked transaction whose
+    id the previous polls listed is asked about by that id: NOT_COORDINATOR, so unknown, never
+    "not tracked" -- and never orphaned."""
+    fake = three_brokers()
+    start_ms = now_ms() - 5_000
+    fake.producers[("t", 0)] = [Producer(3, 0, last_timestamp=start_ms + 10, start_offset=5)]
+    fake.batches[("t", 0, 5)] = (start_ms, 3, 0)
+    fake.offsets[("t", 0)] = (9, 5)
+    fake.transactions["flink-sink-0-7"] = Txn(3, "Ongoing", coordinator=2,
+                                              partitions=[("t", 0)])
+    env = make_env(fake)
+    env.poll()
+    obs = env.poll()  # seen open twice: mapped, asked about, tracked
+    assert obs.transactional_ids == {3: "flink-sink-0-7"}
+    assert analyze(obs, env.settings).orphaned_transactions == ()
+    env.sim.call(fake.unelected_coordinators.add, 2)
+    for _ in range(4):
+        obs = env.poll()
+        (txn,) = obs.open_transactions
+        assert txn.key in obs.untracked_unknown, obs.untracked_polls
+        assert obs.untracked_polls.get(txn.key, 0) == 0
+        assert analyze(obs, env.settings).orphaned_transactions == ()
+    env.sim.call(fake.unelected_coordinators.discard, 2)
+    obs = env.poll()
+    assert obs.descriptions["flink-sink-0-7"] is not None
+    assert analyze(obs, env.settings).orphaned_transactions == ()
+
+
 def test_short_open_transaction_is_not_late_and_not_described(make_env: MakeEnv) -> None:
     fake = three_brokers()
     hanging_on_t0(fake, age_ms=5_000)
