@@ -66,10 +66,13 @@ def describe_groups(cluster: RealKafkaCluster, *groups: str) -> dict[str, list[G
 
 
 def console_consume(
-    cluster: RealKafkaCluster, topic: str, group: str, isolation_level: str, timeout_ms: int = 4000
+    cluster: RealKafkaCluster, topic: str, group: str, isolation_level: str,
+    timeout_ms: int = 15_000,
 ) -> list[str]:
     """Kafka's console consumer in group `group` from the beginning until nothing new arrives
-    for `timeout_ms`; it commits its position when it closes (auto-commit). The values printed."""
+    for `timeout_ms`; it commits its position when it closes (auto-commit). The values printed.
+    The idle clock starts before the group is joined: on a busy machine the join alone took
+    more than 4 s, and the consumer then printed nothing."""
     result = cluster.tool(
         CONSOLE_CONSUMER, "--bootstrap-server", cluster.bootstrap, "--topic", topic,
         "--group", group, "--from-beginning", "--isolation-level", isolation_level,
