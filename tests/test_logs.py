@@ -9,10 +9,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from exporter_factories import broker, observation, snapshot
 
 from exporter.logs import REDACTED, configure_logging, get_logger, resolve_format
@@ -20,14 +18,7 @@ from exporter.scheduler import ClusterJob, PollScheduler
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
 
-
-@pytest.fixture(autouse=True)
-def reset_logging() -> Iterator[None]:
-    yield
-    structlog.reset_defaults()
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
+pytestmark = pytest.mark.usefixtures("reset_logging")  # tests/conftest.py
 
 
 def test_json_lines_with_redaction() -> None:

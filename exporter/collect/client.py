@@ -137,13 +137,18 @@ class ClusterClient:
     def begin_poll(self) -> None:
         self.down.clear()
 
-    async def connection(self, broker_id: int) -> BrokerConnection:
+    def _address(self, broker_id: int) -> tuple[str, int]:
+        """The broker's address; its error when it failed already this poll."""
         error = self.down.get(broker_id)
         if error is not None:
             raise error
         address = self.brokers.get(broker_id)
         if address is None:
             raise BrokerUnreachable(f"broker {broker_id} is not in metadata")
+        return address
+
+    async def connection(self, broker_id: int) -> BrokerConnection:
+        address = self._address(broker_id)
         try:
             return await self.pool.get(*address)
         except CollectError as exc:
@@ -179,12 +184,7 @@ class ClusterClient:
         """`send` on a connection of its own, closed after the answer: an answer that costs
         its connection (a frame above `max_response_bytes`) costs nothing else asked of the
         broker."""
-        error = self.down.get(broker_id)
-        if error is not None:
-            raise error
-        address = self.brokers.get(broker_id)
-        if address is None:
-            raise BrokerUnreachable(f"broker {broker_id} is not in metadata")
+        address = self._address(broker_id)
         try:
             connection = await self.pool.connect_apart(*address)
         except CollectError as exc:

@@ -140,10 +140,13 @@ class CoordinatorReader:
         # its __transaction_state partitions (docs/kafka-semantics.md#a-restarted-coordinator).
         # So it is asked about by the id it had; the coordinator's own answer decides
         # (NOT_COORDINATOR or loading: unknown; TRANSACTIONAL_ID_NOT_FOUND: not tracked).
-        for pid in asked_producers:
-            if pid not in view.transactional_ids and pid in self._listed_ids:
-                view.transactional_ids[pid] = self._listed_ids[pid]
-        self._listed_ids = dict(view.transactional_ids)
+        # (A listing with a coordinator missing leaves every unmapped producer unknown anyway.)
+        if view.complete:
+            for pid in asked_producers:
+                if pid not in view.transactional_ids and pid in self._listed_ids:
+                    view.transactional_ids[pid] = self._listed_ids[pid]
+        self._listed_ids = {**self._listed_ids, **view.transactional_ids}
+        self._listed_ids = {p: t for p, t in self._listed_ids.items() if p in asked_producers}
         wanted_ids = set(view.transactional_ids.values())
         wanted = sorted(wanted_ids)
         # Forget the coordinators of ids no longer asked about (their transactions ended).

@@ -78,17 +78,8 @@ def broker_clock_reset(broker_clock: Clock) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def reset_logging() -> Iterator[None]:
-    """`abort` in process configures logging onto its own stderr; later tests log elsewhere."""
-    yield
-    import logging
-
-    import structlog
-
-    structlog.reset_defaults()
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
+def _logging_reset_after_each_test(reset_logging: None) -> None:
+    """`abort` in process configures logging onto its own stderr (tests/conftest.py)."""
 
 
 def aws_env(tmp_path: Path, secret: str | None = SECRET_KEY) -> dict[str, str]:
