@@ -223,7 +223,7 @@ def test_a_transaction_late_when_first_seen_counts_only_from_its_second_poll(
     assert orphan.late and orphan.classification is Classification.HANGING
 
 
-def test_an_orphan_stays_orphaned_through_a_listing_error_issue_30(env: PollEnv) -> None:
+def test_an_orphan_stays_orphaned_through_a_listing_error(env: PollEnv) -> None:
     """A transient ListTransactions error after the verdict: the broker's count is absent
     (never 0) for that poll, and the transaction is orphaned again at the next one."""
     hanging_transaction(env.bootstrap, "hang-e", "t", 1, now_ms=env.now_ms)
