@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import structlog
 from kafka_sim.realkafka import RealKafkaCluster, start_cluster
-from realhelpers import VERIFICATION_OFF, client_kafka_versions, kafka_versions, kafka_zk_versions
+from realhelpers import VERIFICATION_OFF, focused_kafka_versions, kafka_versions, kafka_zk_versions
 
 _HERE = Path(__file__).resolve().parent
 
@@ -59,23 +59,24 @@ def real_kafka(
         cluster.stop()
 
 
-@pytest.fixture(scope="session", params=client_kafka_versions())
-def client_kafka_version(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(scope="session", params=focused_kafka_versions())
+def focused_kafka_version(request: pytest.FixtureRequest) -> str:
+    """A version of the focused set (realhelpers.focused_kafka_versions)."""
     version: str = request.param
     return version
 
 
 @pytest.fixture(scope="session")
 def clients_kafka(
-    client_kafka_version: str, tmp_path_factory: pytest.TempPathFactory
+    focused_kafka_version: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RealKafkaCluster]:
     """A broker of the real-client tests' own (librdkafka, Kafka Streams, Flink): they restart
     it and wipe its transaction log, which the shared broker's tests must not see. Partition
     verification stays at its default (on): real clients add their partitions first."""
     from clienthelpers import CLIENTS_BROKER_CONFIG
 
-    workdir = tmp_path_factory.mktemp(f"kafka-clients-{client_kafka_version}")
-    cluster = start_cluster(client_kafka_version, workdir, broker_config=CLIENTS_BROKER_CONFIG)
+    workdir = tmp_path_factory.mktemp(f"kafka-clients-{focused_kafka_version}")
+    cluster = start_cluster(focused_kafka_version, workdir, broker_config=CLIENTS_BROKER_CONFIG)
     try:
         yield cluster
     finally:

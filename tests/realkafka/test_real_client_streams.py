@@ -66,7 +66,7 @@ def _process(app: str, transactional_id: str | None) -> str | None:
 
 
 def test_streams_exactly_once_v2_under_a_rebalance_a_kill_and_a_broker_restart(
-    clients_kafka: RealKafkaCluster, client_kafka_version: str, tmp_path: Path
+    clients_kafka: RealKafkaCluster, focused_kafka_version: str, tmp_path: Path
 ) -> None:
     app = unique("streams-eos")
     source = create_topic(clients_kafka, unique("streams-in"), partitions=PARTITIONS)
@@ -83,14 +83,14 @@ def test_streams_exactly_once_v2_under_a_rebalance_a_kill_and_a_broker_restart(
         return {p for v in record.verdicts if (p := process(v)) is not None}
 
     try:
-        first = _instance(clients_kafka, client_kafka_version, app, (source, sink), tmp_path, "a")
+        first = _instance(clients_kafka, focused_kafka_version, app, (source, sink), tmp_path, "a")
         instances.append(first)
         first.wait("instance a running", lambda line: line == "STATE RUNNING", STARTUP_S)
         seen = loop.wait_for("instance a's transactions", lambda r: bool(processes(r)), 60)
         (process_a,) = processes(seen)
 
         loop.phase = "rebalance"
-        second = _instance(clients_kafka, client_kafka_version, app, (source, sink), tmp_path, "b")
+        second = _instance(clients_kafka, focused_kafka_version, app, (source, sink), tmp_path, "b")
         instances.append(second)
         seen = loop.wait_for(
             "instance b's transactions", lambda r: bool(processes(r) - {process_a}), STARTUP_S

@@ -115,10 +115,10 @@ def broker_config(realm: Realm) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def world(realm: Realm, kafka_version: str,
+def world(realm: Realm, focused_kafka_version: str,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     cluster = start_cluster(
-        kafka_version, tmp_path_factory.mktemp(f"kerberos-{kafka_version}"),
+        focused_kafka_version, tmp_path_factory.mktemp(f"kerberos-{focused_kafka_version}"),
         broker_config=broker_config(realm),
         listeners=[Listener(LISTENER, LISTENER, advertised_host="localhost")],
         jvm_options=[f"-Djava.security.krb5.conf={realm.kdc.krb5_conf}"],

@@ -59,8 +59,8 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    workdir = tmp_path_factory.mktemp(f"oauth-{kafka_version}")
+def world(focused_kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    workdir = tmp_path_factory.mktemp(f"oauth-{focused_kafka_version}")
     provider = OidcProvider(workdir / "oidc")
     provider.add_client("kafka-txn-exporter",
                         Client(SECRETS["kafka-txn-exporter"], subject="exporter"))
@@ -72,7 +72,7 @@ def world(kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
                                                issuer="https://127.0.0.1:1/realms/other"))
     provider.add_client("revoked", Client(SECRETS["revoked"], subject="exporter"))
     try:
-        kafka = start_oauth_kafka(kafka_version, workdir, provider)
+        kafka = start_oauth_kafka(focused_kafka_version, workdir, provider)
         try:
             topic = create_topic(kafka.cluster, unique("oauth"), partitions=2)
             allow(kafka.cluster, "exporter", README_GRANTS)

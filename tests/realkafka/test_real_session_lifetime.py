@@ -35,8 +35,10 @@ REAUTH_MS = 10_000
 
 
 @pytest.fixture(scope="module")
-def kafka(kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    secure = start_secure_kafka(kafka_version, tmp_path_factory.mktemp("reauth"),
+def kafka(
+    focused_kafka_version: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SecureKafka]:
+    secure = start_secure_kafka(focused_kafka_version, tmp_path_factory.mktemp("reauth"),
                                 {"connections.max.reauth.ms": str(REAUTH_MS)})
     try:
         allow(secure.cluster, "exporter", README_GRANTS)
