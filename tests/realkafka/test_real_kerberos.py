@@ -328,6 +328,7 @@ def test_kdc_down_fails_a_new_login_but_the_ticket_in_hand_keeps_serving(
     """A poller logged in before the KDC stops keeps opening connections (its connections
     dropped) with the ticket it holds; a new login (a `scan`) fails naming the KDC."""
     from exporter.analyze import analyze
+    from exporter.collect.loop import run as run_on_loop
 
     settings = world.settings()
     poller = ClusterPoller(settings)
@@ -340,7 +341,7 @@ def test_kdc_down_fails_a_new_login_but_the_ticket_in_hand_keeps_serving(
         line = error_line(result, world.realm.exporter_keytab)
         assert "Kerberos login: KDC unreachable" in line, line
         # New connections, the same login (what a broker closing sessions leads to).
-        poller._loop.run_until_complete(poller._client.pool.close())
+        run_on_loop(poller._client.pool.close())
         observation = poller.poll()
         snapshot = analyze(observation, settings)
         assert [(b.broker_id, b.up) for b in snapshot.brokers] == [(1, True)]

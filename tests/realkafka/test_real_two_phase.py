@@ -304,7 +304,7 @@ def _assert_the_alert_fires(snapshot: ClusterSnapshot, tmp_path: Path) -> None:
             (REPO / "dashboards" / "alerts" / "rules.yaml").read_text(encoding="utf-8")
         )["groups"]
         for r in g["rules"]
-        if r["alert"] == "KafkaTwoPhaseTransactionStuck"
+        if r.get("alert") == "KafkaTwoPhaseTransactionStuck"
     )
     summary = (
         f"Two-phase-commit transaction stuck on {txn.topic}-{txn.partition} in Kafka "
