@@ -401,6 +401,19 @@ class RealKafkaCluster:
             "advertised.listeners": ",".join(listeners),
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": ",".join(protocol_map),
+            **self._log_properties(node, replication),
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+            "log.segment.bytes": str(16 * 1024 * 1024),
+        }
+        props.update(self.broker_config)
+        return props
+
+    @staticmethod
+    def _log_properties(node: _Node, replication: str) -> dict[str, str]:
+        """What every broker of the rig sets alike, KRaft or ZooKeeper: its log directory and
+        the internal topics' sizes."""
+        return {
             "log.dirs": str(node.directory / "data"),
             "num.partitions": "1",
             "offsets.topic.replication.factor": replication,
@@ -408,12 +421,7 @@ class RealKafkaCluster:
             "transaction.state.log.replication.factor": replication,
             "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "4",
-            "group.initial.rebalance.delay.ms": "0",
-            "auto.create.topics.enable": "false",
-            "log.segment.bytes": str(16 * 1024 * 1024),
         }
-        props.update(self.broker_config)
-        return props
 
     def _properties(self, node: _Node) -> dict[str, str]:
         if self.zookeeper:
@@ -438,13 +446,7 @@ class RealKafkaCluster:
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": ",".join(protocol_map),
-            "log.dirs": str(node.directory / "data"),
-            "num.partitions": "1",
-            "offsets.topic.replication.factor": replication,
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": replication,
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "4",
+            **self._log_properties(node, replication),
             "share.coordinator.state.topic.replication.factor": replication,
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
