@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from waits import wait_for
 
 EXPORTER = [sys.executable, "-m", "exporter"]
@@ -102,7 +101,6 @@ def _descriptors_once_polled(tmp_path: Path, clusters: int, bootstrap: str) -> i
         return _descriptors(proc.pid)
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
 def test_a_cluster_costs_one_descriptor_per_broker_connection(tmp_path: Path) -> None:
     clusters = 120
     with _simulator(brokers=1) as bootstrap:

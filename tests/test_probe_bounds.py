@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -98,7 +97,6 @@ def test_an_encrypted_key_is_an_error_naming_the_flag(tmp_path: Path) -> None:
     assert len(done.stderr.splitlines()) == 1
 
 
-@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script (a pty)")
 def test_an_encrypted_key_never_prompts_on_a_terminal(tmp_path: Path) -> None:
     cert, key = _pair(tmp_path, "correct horse")
     command = (f"{sys.executable} -m exporter probe https://127.0.0.1:1/healthz "
