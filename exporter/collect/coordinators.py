@@ -141,10 +141,12 @@ class CoordinatorReader:
         # So it is asked about by the id it had; the coordinator's own answer decides
         # (NOT_COORDINATOR or loading: unknown; TRANSACTIONAL_ID_NOT_FOUND: not tracked).
         # (A listing with a coordinator missing leaves every unmapped producer unknown anyway.)
+        remembered: dict[int, str] = {}
         if view.complete:
             for pid in asked_producers:
                 if pid not in view.transactional_ids and pid in self._listed_ids:
-                    view.transactional_ids[pid] = self._listed_ids[pid]
+                    remembered[pid] = self._listed_ids[pid]
+        view.transactional_ids.update(remembered)
         self._listed_ids = {**self._listed_ids, **view.transactional_ids}
         self._listed_ids = {p: t for p, t in self._listed_ids.items() if p in asked_producers}
         wanted_ids = set(view.transactional_ids.values())
@@ -157,7 +159,20 @@ class CoordinatorReader:
                 await self._describe(wanted, view, meta, state)
             except _CoordinatorApiUnsupported:
                 view.complete = False
+        self._drop_disowned(remembered, view)
         return view
+
+    def _drop_disowned(self, remembered: dict[int, str], view: CoordinatorView) -> None:
+        """A remembered id its coordinator no longer gives to the producer (the id is not found:
+        its transaction log was lost; or the id now belongs to another producer id) no longer
+        names that producer: it is unmapped, as Kafka's tools show it, and hanging."""
+        for pid, transactional_id in remembered.items():
+            if transactional_id not in view.descriptions:
+                continue  # undecided: asked again next poll
+            description = view.descriptions[transactional_id]
+            if description is None or description.producer_id != pid:
+                del view.transactional_ids[pid]
+                self._listed_ids.pop(pid, None)
 
     async def _describe(
         self,

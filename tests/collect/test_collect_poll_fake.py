@@ -174,6 +174,36 @@ def test_a_restarted_coordinator_that_lists_nothing_yet_makes_no_orphan(make_env
     assert analyze(obs, env.settings).orphaned_transactions == ()
 
 
+def test_a_remembered_id_its_coordinator_disowns_no_longer_names_the_producer(
+    make_env: MakeEnv,
+) -> None:
+    """A producer listed last poll and not this poll is asked about by the id it had. If the
+    coordinator no longer has that id (its transaction log was lost), or gives it to another
+    producer, the open transaction is unmapped -- hanging, as find-hanging shows it -- on
+    every poll, not only on the first (a real 4.4.0 broker with a wiped log did both)."""
+    for disown in ("lost", "reused"):
+        fake = three_brokers()
+        start_ms = now_ms() - 5_000
+        fake.producers[("t", 0)] = [Producer(3, 0, last_timestamp=start_ms + 10, start_offset=5)]
+        fake.batches[("t", 0, 5)] = (start_ms, 3, 0)
+        fake.offsets[("t", 0)] = (9, 5)
+        fake.transactions["rdk-1"] = Txn(3, "Ongoing", coordinator=2, partitions=[("t", 0)])
+        env = make_env(fake)
+        env.poll()
+        assert env.poll().transactional_ids == {3: "rdk-1"}
+        if disown == "lost":
+            env.sim.call(fake.transactions.pop, "rdk-1")
+        else:
+            env.sim.call(fake.transactions.__setitem__, "rdk-1",
+                         Txn(4, "Ongoing", coordinator=2, partitions=[("t", 0)]))
+        for _ in range(3):
+            obs = env.poll()
+            (txn,) = obs.open_transactions
+            assert 3 not in obs.transactional_ids, (disown, obs.transactional_ids)
+            assert txn.key not in obs.untracked_unknown
+            assert obs.untracked_polls[txn.key] >= 1
+
+
 def test_short_open_transaction_is_not_late_and_not_described(make_env: MakeEnv) -> None:
     fake = three_brokers()
     hanging_on_t0(fake, age_ms=5_000)
