@@ -1,5 +1,11 @@
 """Runs each cluster's poll -> analyze -> publish on a fixed interval (APScheduler 3.x).
 
+The scheduler runs on the shared polling loop (`exporter.collect.loop`): each poll is a task
+there, so a poll waiting on a slow broker holds no thread, and 20,000 clusters cost one loop,
+not 20,000 threads competing with the web server for the interpreter. What follows a poll
+(analyze, publish, its log line, the history) is plain computation and file writes: it runs
+on a small thread pool, off the loop, so one cluster's analysis never delays another's I/O.
+
 One job per cluster with `max_instances=1` (a slow poll is never overlapped by the next one)
 and `coalesce=True` (runs missed while it was slow collapse into one). The first poll starts
 immediately, so /metrics has data soon; after it each cluster polls at its own phase within
@@ -13,21 +19,25 @@ APScheduler's warning at every run it skips.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.executors.asyncio import AsyncIOExecutor
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 
+from exporter.collect.loop import run as run_on_loop
+from exporter.collect.loop import shared_loop
 from exporter.logs import count_dropped_log_message, get_logger
 from exporter.model import Classification, ClusterObservation, ClusterSnapshot
 from exporter.settings import ClusterSettings
@@ -39,6 +49,25 @@ def _noop() -> None:
 
 
 _JOB_ID_PREFIX = "poll:"
+
+AFTER_POLL_THREADS = 4
+"""Threads that analyze and publish finished polls. Analysis holds the interpreter, so more
+would not run faster; a few keep one slow history write from holding up the rest."""
+
+_after_poll_lock = threading.Lock()
+_after_poll: ThreadPoolExecutor | None = None
+
+
+def _after_poll_pool() -> ThreadPoolExecutor:
+    """The process's pool for what follows a poll, shared by every scheduler (a reload makes a
+    new one) like the polling loop itself."""
+    global _after_poll
+    with _after_poll_lock:
+        if _after_poll is None:
+            _after_poll = ThreadPoolExecutor(
+                max_workers=AFTER_POLL_THREADS, thread_name_prefix="after-poll"
+            )
+        return _after_poll
 
 
 class _SkippedRunFilter(logging.Filter):
@@ -102,7 +131,8 @@ class ClusterJob:
     """What the scheduler runs for one cluster; the real wiring is `make_cluster_job`."""
 
     settings: ClusterSettings
-    poll: Callable[[], ClusterObservation]
+    poll: Callable[[], Awaitable[ClusterObservation]]
+    """Started on the polling loop; waits for the brokers there."""
     analyze: Callable[[ClusterObservation], ClusterSnapshot]
     close: Callable[[], None] = field(default=_noop)
     record: Callable[[ClusterObservation, ClusterSnapshot], None] | None = None
@@ -120,7 +150,7 @@ def make_cluster_job(
     poller = ClusterPoller(settings)
     return ClusterJob(
         settings=settings,
-        poll=poller.poll,
+        poll=poller.poll_async,
         analyze=lambda obs: analyze(obs, settings),
         close=poller.close,
         record=record,
@@ -233,15 +263,15 @@ class PollScheduler:
         self._idle = threading.Condition(self._running_lock)
         self._skipped: dict[str, int] = {}
         """Runs skipped while the cluster's poll was still running, since it started."""
-        self._scheduler = BackgroundScheduler(
-            timezone=UTC,
-            executors={"default": ThreadPoolExecutor(max_workers=max(1, len(self._jobs)))},
+        self._loop = shared_loop()
+        self._scheduler = AsyncIOScheduler(
+            timezone=UTC, event_loop=self._loop, executors={"default": AsyncIOExecutor()}
         )
         _quiet_skipped_run_warnings()
         self._scheduler.add_listener(self._run_skipped, EVENT_JOB_MAX_INSTANCES)
 
     def _run_skipped(self, event: JobSubmissionEvent) -> None:
-        """APScheduler's scheduler thread: a run was due while the previous one ran."""
+        """On the polling loop: a run was due while the previous one ran."""
         name = str(event.job_id).removeprefix(_JOB_ID_PREFIX)
         with self._running_lock:
             self._skipped[name] = self._skipped.get(name, 0) + 1
@@ -260,7 +290,7 @@ class PollScheduler:
                 grace = max(1.0, interval)
             offset = phase_offset_seconds(job.settings.name, interval)
             self._scheduler.add_job(
-                self.run_once,
+                self._run,
                 trigger=PhasedIntervalTrigger(interval, now + timedelta(seconds=offset)),
                 args=[job],
                 id=f"{_JOB_ID_PREFIX}{job.settings.name}",
@@ -274,7 +304,12 @@ class PollScheduler:
         self._log.info("scheduler_started", clusters=[j.settings.name for j in self._jobs])
 
     def run_once(self, job: ClusterJob) -> None:
-        """One poll of one cluster; never raises (a crash here would only be logged by APS)."""
+        """One poll of one cluster, waited for (from any thread but the polling loop's)."""
+        run_on_loop(self._run(job))
+
+    async def _run(self, job: ClusterJob) -> None:
+        """One poll of one cluster, on the polling loop; never raises (a crash here would
+        only be logged by APScheduler)."""
         name = job.settings.name
         with self._running_lock:
             if self._stopping:  # dispatched just before shutdown: its poller may be closed
@@ -284,37 +319,57 @@ class PollScheduler:
         started = time.monotonic()
         try:
             try:
-                observation = job.poll()
-                polled = time.monotonic()
-                snapshot = job.analyze(observation)
-                finished = time.monotonic()
-                duration = finished - started
-                self._store.publish(snapshot, duration_seconds=duration)
+                observation: ClusterObservation | Exception = await job.poll()
             except Exception as exc:
-                duration = time.monotonic() - started
-                error = f"{type(exc).__name__}: {exc}"
-                self._store.record_failure(name, error, duration)
-                self._log_quietly(
-                    "error", "poll_failed", cluster=name, error=error,
-                    duration_seconds=round(duration, 3), exc_info=True,
-                )
-                self._check_overrun(job, duration)
-                return
-            # Published: from here on nothing may turn this poll into a failed one.
-            self._log_quietly(
-                "info", "poll_completed",
-                **summarize(snapshot, observation),
-                poll_seconds=round(polled - started, 3),
-                analyze_seconds=round(finished - polled, 3),
-                duration_seconds=round(duration, 3),
+                observation = exc
+            polled = time.monotonic()
+            await self._loop.run_in_executor(
+                _after_poll_pool(), self._after, job, observation, started, polled
             )
-            self._check_overrun(job, duration)
-            if job.record is not None:
-                self._record(job, observation, snapshot)
+        except asyncio.CancelledError:
+            return  # stopped at shutdown, its deadline passed: nothing to publish
         finally:
             with self._running_lock:
                 self._running[name] -= 1
                 self._idle.notify_all()
+
+    def _after(
+        self,
+        job: ClusterJob,
+        observation: ClusterObservation | Exception,
+        started: float,
+        polled: float,
+    ) -> None:
+        """Analyze, publish, log and record one poll (or its failure); never raises."""
+        name = job.settings.name
+        try:
+            if isinstance(observation, Exception):
+                raise observation
+            snapshot = job.analyze(observation)
+            finished = time.monotonic()
+            duration = finished - started
+            self._store.publish(snapshot, duration_seconds=duration)
+        except Exception as exc:
+            duration = time.monotonic() - started
+            error = f"{type(exc).__name__}: {exc}"
+            self._store.record_failure(name, error, duration)
+            self._log_quietly(
+                "error", "poll_failed", cluster=name, error=error,
+                duration_seconds=round(duration, 3), exc_info=True,
+            )
+            self._check_overrun(job, duration)
+            return
+        # Published: from here on nothing may turn this poll into a failed one.
+        self._log_quietly(
+            "info", "poll_completed",
+            **summarize(snapshot, observation),
+            poll_seconds=round(polled - started, 3),
+            analyze_seconds=round(finished - polled, 3),
+            duration_seconds=round(duration, 3),
+        )
+        self._check_overrun(job, duration)
+        if job.record is not None:
+            self._record(job, observation, snapshot)
 
     def _check_overrun(self, job: ClusterJob, duration: float) -> None:
         """Count and log a poll that outlasted its interval or made a run be skipped."""
@@ -371,9 +426,10 @@ class PollScheduler:
         caller then exits the process anyway so shutdown stays bounded.
         """
         with self._running_lock:
+            first = not self._stopping
             self._stopping = True
-        if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+        if first and self._scheduler.running:
+            self._scheduler.pause()  # no new runs; the running ones go on
         deadline = time.monotonic() + timeout_seconds
         with self._idle:
             while any(self._running.values()):
@@ -382,6 +438,9 @@ class PollScheduler:
                     break
                 self._idle.wait(remaining)
             busy = {n for n, c in self._running.items() if c}
+        if first and self._scheduler.running:
+            # On the loop, later: its executor cancels the polls still running.
+            self._scheduler.shutdown(wait=False)
         for job in self._jobs:
             if job.settings.name in busy:
                 continue

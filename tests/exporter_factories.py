@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from exporter.model import (
     BlockedGroup,
@@ -19,6 +20,14 @@ from exporter.model import (
     StartTimeSource,
     TopicPartition,
 )
+
+
+def in_thread(fn: Callable[[], ClusterObservation]) -> Callable[[], Awaitable[ClusterObservation]]:
+    """A blocking fake poll as the scheduler runs a poll (on the polling loop): in a thread,
+    so that a poll that sleeps or waits blocks only itself, as a real one waiting on a broker
+    does."""
+    return lambda: asyncio.get_running_loop().run_in_executor(None, fn)
+
 
 NOW_MS = 1_795_217_202_597  # the real-kafka capture's FINAL time, for realistic numbers
 

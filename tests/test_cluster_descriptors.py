@@ -1,6 +1,8 @@
-"""Descriptors per cluster: a cluster costs its broker connections and nothing else (every
-cluster's polls share one event loop; a loop per cluster cost 3 more: epoll and a self-pipe),
-and at the descriptor limit `serve` says so in one line and exits 2, never a traceback.
+"""What a cluster costs: its broker connections and nothing else -- no descriptors of its own
+(every cluster's polls share one event loop; a loop per cluster cost 3 more: epoll and a
+self-pipe) and no thread (a poll waiting on a broker is a task on that loop; a thread per
+running poll made thousands of clusters starve the web server). At the descriptor limit
+`serve` says so in one line and exits 2, never a traceback.
 
 The simulator runs in its own process, so /proc/<serve pid>/fd holds only the exporter's own
 descriptors."""
@@ -90,6 +92,65 @@ def _clusters_up(port: int) -> int:
 
 def _descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _sockets(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except FileNotFoundError:  # closed meanwhile
+            pass
+    return count
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        (line,) = [line for line in status if line.startswith("Threads:")]
+    return int(line.split()[1])
+
+
+@contextmanager
+def _silent_broker() -> Iterator[str]:
+    """A port whose connections the kernel completes and nobody ever answers: every poll
+    waits out its request timeout."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4096)
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_polls_waiting_on_brokers_hold_no_thread_and_scrapes_stay_prompt(
+    tmp_path: Path,
+) -> None:
+    """400 clusters whose broker never answers: all 400 polls wait at once (a minute's
+    timeout), and the exporter runs a handful of threads, not one per waiting poll, and
+    answers /metrics within 1 s meanwhile."""
+    clusters = 400
+    port = _free_port()
+    with _silent_broker() as bootstrap:
+        config = tmp_path / "silent.yaml"
+        config.write_text(
+            f"web: {{listen_address: 127.0.0.1, port: {port}}}\nclusters:\n" + "".join(
+                f"  - {{name: c{i}, bootstrap_servers: ['{bootstrap}'], "
+                "poll_interval_seconds: 3600, request_timeout_seconds: 120}\n"
+                for i in range(clusters)))
+        with _serve(config) as proc:
+            wait_for(f"{clusters} polls waiting on their broker",
+                     lambda: proc.poll() is None and _sockets(proc.pid) > clusters,
+                     timeout_seconds=120)
+            threads = _threads(proc.pid)
+            took = []
+            for _ in range(5):
+                began = time.monotonic()
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                            timeout=10) as response:
+                    assert response.status == 200
+                    response.read()
+                took.append(time.monotonic() - began)
+            assert _sockets(proc.pid) > clusters  # still waiting, all of them
+    assert threads < 24, threads
+    assert max(took) < 1.0, took
 
 
 def _descriptors_once_polled(tmp_path: Path, clusters: int, bootstrap: str) -> int:

@@ -31,7 +31,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from exporter_factories import broker, observation, snapshot
+from exporter_factories import broker, in_thread, observation, snapshot
 
 from exporter.collect.connection import build_ssl_context
 from exporter.config import ConfigError
@@ -153,7 +153,7 @@ def test_a_failed_log_write_never_fails_the_poll() -> None:
     try:
         settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",))
         store = SnapshotStore([settings])
-        job = ClusterJob(settings, poll=lambda: observation("c1"),
+        job = ClusterJob(settings, poll=in_thread(lambda: observation("c1")),
                          analyze=lambda obs: snapshot("c1", brokers=[broker(1, open_=2)]))
         before = dropped_log_messages()
         PollScheduler([job], store).run_once(job)

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from exporter_factories import broker, observation, snapshot
+from exporter_factories import broker, in_thread, observation, snapshot
 
 from exporter.logs import REDACTED, configure_logging, get_logger, resolve_format
 from exporter.scheduler import ClusterJob, PollScheduler
@@ -62,7 +62,7 @@ def test_one_summary_event_per_poll() -> None:
     configure_logging("json", "info", stream=stream)
     settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",), poll_interval_seconds=3600)
     store = SnapshotStore([settings])
-    job = ClusterJob(settings, poll=lambda: observation("c1"),
+    job = ClusterJob(settings, poll=in_thread(lambda: observation("c1")),
                      analyze=lambda obs: snapshot("c1", brokers=[broker(1, open_=2), broker(2)]))
     PollScheduler([job], store).run_once(job)
     events = [json.loads(line) for line in stream.getvalue().splitlines()]

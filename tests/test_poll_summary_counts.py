@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 
-from exporter_factories import broker, late, observation, open_txn, orphaned, snapshot
+from exporter_factories import broker, in_thread, late, observation, open_txn, orphaned, snapshot
 from prometheus_client.registry import CollectorRegistry
 
 from exporter.expose.collector import SnapshotCollector
@@ -101,7 +101,8 @@ def test_the_logged_line_carries_the_orphaned_and_blocked_group_counts() -> None
     stream = io.StringIO()
     configure_logging("json", "info", stream=stream)
     settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",), poll_interval_seconds=3600)
-    job = ClusterJob(settings, poll=lambda: observation("c1"), analyze=lambda obs: _incident())
+    job = ClusterJob(settings, poll=in_thread(lambda: observation("c1")),
+                     analyze=lambda obs: _incident())
     PollScheduler([job], SnapshotStore([settings])).run_once(job)
     (line,) = [json.loads(raw) for raw in stream.getvalue().splitlines()
                if '"poll_completed"' in raw]
@@ -121,7 +122,8 @@ def test_a_count_over_unobserved_partitions_is_never_logged_as_zero() -> None:
     stream = io.StringIO()
     configure_logging("json", "info", stream=stream)
     settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",), poll_interval_seconds=3600)
-    job = ClusterJob(settings, poll=lambda: observation("c1"), analyze=lambda obs: partial)
+    job = ClusterJob(settings, poll=in_thread(lambda: observation("c1")),
+                     analyze=lambda obs: partial)
     PollScheduler([job], SnapshotStore([settings])).run_once(job)
     (line,) = [json.loads(raw) for raw in stream.getvalue().splitlines()
                if '"poll_completed"' in raw]

@@ -10,7 +10,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from exporter_factories import broker, observation, snapshot
+from exporter_factories import broker, in_thread, observation, snapshot
 
 from exporter.analyze import analyze
 from exporter.expose.http import MetricsServer
@@ -40,7 +40,7 @@ def job(
 ) -> ClusterJob:
     return ClusterJob(
         settings=settings(name, interval),
-        poll=poll,
+        poll=in_thread(poll),
         analyze=analyze or (lambda obs: snapshot(obs.cluster, brokers=[broker(1)])),
         close=close or (lambda: None),
     )
@@ -166,7 +166,7 @@ def test_poll_exception_is_caught_and_up_0_then_recovers() -> None:
 
 
 def test_clusters_poll_independently() -> None:
-    """A stuck cluster does not delay another cluster's polls (one worker per cluster)."""
+    """A stuck cluster does not delay another cluster's polls (each poll is its own task)."""
     release = threading.Event()
 
     def stuck() -> ClusterObservation:
@@ -232,8 +232,8 @@ def test_a_poll_dispatched_after_shutdown_never_touches_the_closed_poller() -> N
 
     settings = ClusterSettings(name="c1", bootstrap_servers=("h:1",))
     store = SnapshotStore([settings])
-    job = ClusterJob(settings=settings, poll=poll, analyze=lambda o: analyze(o, settings),
-                     close=closed.set)
+    job = ClusterJob(settings=settings, poll=in_thread(poll),
+                     analyze=lambda o: analyze(o, settings), close=closed.set)
     scheduler = PollScheduler([job], store)
     assert scheduler.shutdown(timeout_seconds=1.0)
     scheduler.run_once(job)  # the late run

@@ -110,10 +110,15 @@ class ClusterPoller:
         `scan` names the cause from it (authentication, TLS, unreachable, timeout)."""
 
     def poll(self) -> ClusterObservation:
+        """One poll, from any thread but the polling loop's (the one-shot commands)."""
         with self._lock:
-            if self._closed:
-                raise RuntimeError("poller is closed")
-            return run_on_loop(self._poll())
+            return run_on_loop(self.poll_async())
+
+    async def poll_async(self) -> ClusterObservation:
+        """One poll, on the polling loop (the daemon's scheduler): no thread waits for it."""
+        if self._closed:
+            raise RuntimeError("poller is closed")
+        return await self._poll()
 
     def close(self) -> None:
         with self._lock:

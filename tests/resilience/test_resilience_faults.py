@@ -114,12 +114,12 @@ def test_poll_longer_than_the_interval_never_overlaps_nor_piles_up(sim: SimClust
     def job_factory(settings: ClusterSettings) -> ClusterJob:
         job = make_cluster_job(settings)
 
-        def poll() -> Any:
+        async def poll() -> Any:
             with lock:
                 running[0] += 1
                 peak[0] = max(peak[0], running[0])
             try:
-                return job.poll()
+                return await job.poll()
             finally:
                 with lock:
                     running[0] -= 1
