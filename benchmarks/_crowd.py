@@ -1,5 +1,5 @@
 """An idle crowd of HTTP clients: what tests/resilience/test_resilience_idle_crowd.py and
-benchmarks/bench_idle_crowd.py turn against the exporter's HTTP server (issue 30 item 3)."""
+benchmarks/bench_idle_crowd.py turn against the exporter's HTTP server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Blocked consumer groups: what the group lookup adds to a poll (issue 17 items 1, 5).
+"""Blocked consumer groups: what the group lookup adds to a poll.
 
 For each number of late partitions (0, then a sweep), a fresh child process starts a 3-broker
 SimCluster, seeds one topic (`--partitions` partitions): `--open` coordinator-tracked open

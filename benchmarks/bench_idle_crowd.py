@@ -1,4 +1,4 @@
-"""/metrics while an idle crowd holds connections open (issue 30 item 3).
+"""/metrics while an idle crowd holds connections open.
 
 The real exporter (`python -m exporter serve`, default HTTP limits, a cluster that does not
 answer: the server's work is what is measured) is scraped every `--scrape-every` seconds for

@@ -1,4 +1,4 @@
-"""Container image: build time and size (buildah, the local bookworm base; issue 20).
+"""Container image: build time and size (buildah, the local bookworm base).
 
 Each repeat starts from an empty buildah storage (vfs) in a scratch directory, so nothing is
 cached but the base's root filesystem tarball (scripts/image-base's cache):

@@ -1,4 +1,4 @@
-"""RSS of the poller around Metadata changes (issue 28 item 5): where a changed answer's
+"""RSS of the poller around Metadata changes: where a changed answer's
 memory goes, and whether RSS stays at one level when the Metadata keeps changing.
 
 Processes: this one is the poller (measured); the seeded simulator runs in a child (as

@@ -1,4 +1,4 @@
-"""Poll cost against producer states per partition (issue 28): the full poll (DescribeProducers
+"""Poll cost against producer states per partition: the full poll (DescribeProducers
 for every partition, every poll) vs the screened one (crowded partitions screened through a
 fetch session per leader, asked DescribeProducers only where LSO < HW and moved since last
 asked), on the same simulated cluster. The states are seeded compactly

@@ -1,4 +1,4 @@
-"""Poll cost against producer states per partition on a REAL Kafka broker (issue 28): the full
+"""Poll cost against producer states per partition on a REAL Kafka broker: the full
 poll (`screen_crowded_partitions=False`: DescribeProducers for every partition, every poll) vs
 the default (screened) one, on the same broker state; with the broker's own cost per poll.
 

@@ -1,6 +1,6 @@
 """/metrics formatting CPU around publishes: many clusters, one Prometheus scraping every 15 s.
 
-Issue 18 items 1 and 2. `serve`'s publish and scrape path is replayed in this process on a
+`serve`'s publish and scrape path is replayed in this process on a
 simulated clock (no poll, no socket, no sleeping): `--clusters` clusters, each with `--late`
 late transactions, publish every `--poll-interval` seconds (staggered over the interval, as
 the scheduler spreads them); a scraper asks every `--scrape-interval` seconds the way
@@ -11,9 +11,9 @@ and scrapes over `--minutes` simulated minutes. Scenarios, same run:
 
 - `never_scraped` (baseline): publishes only;
 - `scraped`: publishes + the scraper, with exporter/expose/render_cache.py as it is;
-- `previous_scraped` (baseline of the change): the same events against the render cache as
-  it was before issue 18, rebuilt here: one cached body per format for the whole collector,
-  every publish re-rendering every format cached before (forever), gzip (level 9) of the
+- `previous_scraped` (baseline of the change): the same events against the render cache
+  before it was cut per cluster, rebuilt here: one cached body per format for the whole
+  collector, every publish re-rendering every format cached before (forever), gzip (level 9) of the
   whole body on every scrape.
 
 The bodies of the `scraped` scenario are checked against prometheus_client's own rendering
@@ -84,7 +84,7 @@ def _snapshot(cluster: str, late_count: int, seed: int) -> Any:
 
 
 class _PreviousCache:
-    """The render cache before issue 18, rebuilt for the baseline: the whole snapshot
+    """The render cache before it was cut per cluster, rebuilt for the baseline: the whole snapshot
     collector rendered per format, every format cached before re-rendered on every publish,
     and the whole body gzip-compressed (level 9) on every scrape."""
 

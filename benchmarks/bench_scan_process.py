@@ -1,6 +1,6 @@
 """`scan` as a whole process: start-up, one poll of a one-broker cluster, the table, exit.
 
-Issue 18 item 3: `scan` of a one-broker cluster with 1,000 partitions in at most 0.2 s
+Target: `scan` of a one-broker cluster with 1,000 partitions in at most 0.2 s
 (median, whole process). Processes:
 - the simulated cluster (`--serve-sim`, a process of its own, started first): 1 broker, one
   topic of `--partitions` (1,000) partitions, `--late` (5) hanging transactions, so the scan

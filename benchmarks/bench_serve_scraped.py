@@ -1,6 +1,6 @@
 """Serve CPU with and without a scraper: many clusters polled, one Prometheus every 15 s.
 
-Issue 18 item 1: with 20 clusters and one scraper every 15 s, serve's CPU must stay within
+Target: with 20 clusters and one scraper every 15 s, serve's CPU must stay within
 1.5x of the never-scraped run. Processes (each number belongs to one side only):
 - the simulated cluster (`--serve-sim`): 3 brokers, one topic of `--partitions` (10,000)
   partitions, `--late` (20) hanging transactions;

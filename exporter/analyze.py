@@ -164,7 +164,7 @@ def next_untracked_polls(
     A key not asked about this poll is dropped (not seen open, or not asked): the count
     restarts. "Tracked" resets it, so only "not tracked" answers make an orphan. An unknown
     answer (the check was interrupted: an error, a coordinator loading or moving) is not
-    evidence either way (issue 30): the key is undecided, so its broker's count is absent,
+    evidence either way: the key is undecided, so its broker's count is absent,
     and its count is neither advanced nor reset. Returns the counts of the keys answered not
     tracked this poll, and the undecided keys; `carried_counts` gives the undecided keys'
     counts to remember for the next poll."""

@@ -138,7 +138,7 @@ def _open_history(settings: ExporterSettings) -> HistoryWriter | None:
 
 def _check_history_directory(directory: str) -> None:
     """A history.directory that is a file, or that cannot be created or written, stops
-    start-up with exit 2 (issue 30) instead of a `history_append_failed` every poll."""
+    start-up with exit 2 instead of a `history_append_failed` every poll."""
     path = os.fspath(directory)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"history.directory: {path!r} exists and is not a directory")

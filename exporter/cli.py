@@ -35,7 +35,7 @@ status 2 and the field path, e.g.
 
 def _some(names: Sequence[str], limit: int = 10) -> str:
     """At most `limit` names, each clipped, and how many more: one short line whatever the
-    number of clusters (issue 30: 10,000 clusters made a 69 KB line)."""
+    number of clusters (10,000 clusters made a 69 KB line)."""
     shown = ", ".join(repr(n if len(n) <= 60 else n[:57] + "...") for n in names[:limit])
     more = len(names) - limit
     return shown + (f" and {more} more" if more > 0 else "")

@@ -213,7 +213,7 @@ def _existing_file(value: Any, path: str) -> str | None:
         return None
     name = _str(value, path)
     if not Path(name).is_file():
-        if Path(name).exists():  # a FIFO, a device, a directory: never waited on (issue 30)
+        if Path(name).exists():  # a FIFO, a device, a directory: never waited on
             raise ConfigError(f"{path}: {name!r} is not a regular file")
         raise ConfigError(f"{path}: file not found: {name!r}")
     return name
@@ -311,7 +311,7 @@ def _bootstrap_servers(value: Any, path: str) -> tuple[str, ...]:
         server = _str(item, item_path).strip()
         host, sep, port = server.rpartition(":")
         if len(host.strip("[]")) > MAX_HOST_NAME_CHARS:
-            # Longer than any DNS name; it would be repeated in every log line (issue 30).
+            # Longer than any DNS name; it would be repeated in every log line.
             raise ConfigError(
                 f"{item_path}: host name longer than {MAX_HOST_NAME_CHARS} characters "
                 f"(got {len(host)})"

@@ -1,4 +1,4 @@
-"""The console script's first code: signal handlers before any heavy import (issue 30 item 5).
+"""The console script's first code: signal handlers before any heavy import.
 
 Until a command installs its own handling (`serve` notes signals and stops or reloads in its
 main loop), a signal must neither kill the process with the kernel's default action nor raise

@@ -33,7 +33,7 @@ def password_callback(key_password: str | None) -> Callable[[], bytes]:
 
 
 def require_regular_file(path: str, where: str) -> None:
-    """OpenSSL would wait forever on a FIFO (issue 30): only a regular file is read. A path
+    """OpenSSL would wait forever on a FIFO: only a regular file is read. A path
     that does not exist is left to the loader's own error."""
     try:
         mode = os.stat(path).st_mode

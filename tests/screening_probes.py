@@ -1,4 +1,4 @@
-"""What the poller asks of DescribeProducers, counted for the screening tests (issue 28)."""
+"""What the poller asks of DescribeProducers, counted for the screening tests."""
 
 from __future__ import annotations
 

@@ -210,7 +210,7 @@ def test_refuses_coordinator_tracked_transaction_and_force_overrides(env: Env) -
 
 def test_refuses_a_transaction_that_is_not_late(env: Env) -> None:
     """An ordinary young transaction: its coordinator lists it, and the plan shows the id the
-    coordinator lists (issue 27 item 3), not "none maps to the producer"."""
+    coordinator lists, not "none maps to the producer"."""
     txn = open_transaction(env.bootstrap, "young-1", "t", [2], now_ms=env.now_ms)
     try:
         start = txn.result().start_offset("t", 2)

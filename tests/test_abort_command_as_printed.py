@@ -1,4 +1,4 @@
-"""Every command the product prints runs as printed (issue 27 item 2): the status page's abort
+"""Every command the product prints runs as printed: the status page's abort
 command, from `serve` and from `demo`, copied off the served page and run in a shell-less
 subprocess exactly as written -- from another directory, with a PATH that does not hold the
 exporter's bin/ -- against the simulator: the dry run as printed, then with `--yes`.

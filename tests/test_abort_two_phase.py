@@ -1,4 +1,4 @@
-"""`abort` and two-phase-commit transactions (KIP-939, issue 29), against the simulator.
+"""`abort` and two-phase-commit transactions (KIP-939), against the simulator.
 
 A 2PC transaction's outcome belongs to its external coordinator: `abort` refuses it, `--force`
 included, unless `--force-two-phase` is given (docs/kafka-semantics.md#two-phase-commit)."""

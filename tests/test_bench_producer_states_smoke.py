@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/bench_producer_states.py (issue 28) at a tiny size: the fields
+"""Smoke test of benchmarks/bench_producer_states.py at a tiny size: the fields
 RESULTS.md's producer-states section is built from, and both strategies saw the same open
 transactions. No timing is asserted."""
 

@@ -1,4 +1,4 @@
-"""Smoke runs of the issue 28 item 5 benchmarks (tiny sizes): the multi-cluster soak with its
+"""Smoke runs of the poller-memory benchmarks (tiny sizes): the multi-cluster soak with its
 tracemalloc snapshots, and the Metadata-change RSS benchmark. What they print is what
 benchmarks/RESULTS.md quotes, so a field that goes missing or a run that fails is caught."""
 

@@ -1,4 +1,4 @@
-"""Bad flags on the other commands (issue 30 item 6): one line, exit 2, no traceback."""
+"""Bad flags on the other commands: one line, exit 2, no traceback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Files that used to hang, crash or mislead (issue 30 item 4): control characters, FIFOs,
+"""Files that used to hang, crash or mislead: control characters, FIFOs,
 devices, 20,000 clusters, a history.directory that is a file. Each command exits 2 with one
 line naming the file or field, at once, without a traceback."""
 

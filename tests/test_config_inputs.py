@@ -1,4 +1,4 @@
-"""Hostile and odd configuration input (issue 15 items 8, 9, 10; issue 16 item 5).
+"""Hostile and odd configuration input.
 
 Every bad file or value is a ConfigError naming the field (exit status 2 from the CLI), with
 bounded output, no traceback and not one byte of a secret.
@@ -44,7 +44,7 @@ def assert_exit_2(result: subprocess.CompletedProcess[str], field: str) -> None:
     assert field in result.stderr, result.stderr
 
 
-# --------------------------------------------------------------------------- item 8: bad files
+# ---------------------------------------------------------------------------------- bad files
 
 
 def test_config_file_not_utf8_exits_2_without_its_bytes(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_anchors_and_merge_keys_still_work(tmp_path: Path) -> None:
         ("a", 15.0), ("b", 15.0)]
 
 
-# --------------------------------------------------------------------------- item 9: no echo
+# ---------------------------------------------------------------------------------- no echo
 
 
 @pytest.mark.parametrize(("sasl", "env", "field"), [
@@ -145,7 +145,7 @@ def test_kte_cluster_sasl_password_env_is_not_echoed(value: str) -> None:
     assert SECRET not in result.stderr and SECRET.replace("-", "_") not in result.stderr
 
 
-# ------------------------------------------------------------------- item 10: accepted but wrong
+# --------------------------------------------------------------------------- accepted but wrong
 
 
 @pytest.mark.parametrize(("headers", "expected"), [
@@ -226,7 +226,7 @@ def test_readme_lists_every_interval_bound() -> None:
         assert f"{low:g}" in row and f"{high:g}" in row, (key, row)
 
 
-# --------------------------------------------------------------------------- issue 16: web flags
+# ------------------------------------------------------------------------------------ web flags
 
 
 @pytest.mark.parametrize(("flag", "port_flag", "expected"), [

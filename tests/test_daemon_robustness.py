@@ -1,4 +1,4 @@
-"""The daemon under signals, broken logging and encrypted keys (issue 15 items 4, 7, 11).
+"""The daemon under signals, broken logging and encrypted keys.
 
 - A log line that cannot be written never changes a metric or stops the daemon; it is
   dropped and counted, also when stderr is unwritable from the start.
@@ -132,7 +132,7 @@ def daemons() -> Iterator[list[Daemon]]:
             daemon.proc.communicate()
 
 
-# --------------------------------------------------------------------------- item 4: logging
+# ---------------------------------------------------------------------------------- logging
 
 
 class _RefusingStream:
@@ -188,7 +188,7 @@ def test_unwritable_stderr_at_start_up_keeps_serving_and_counts(
     assert code == 0
 
 
-# --------------------------------------------------------------------------- item 7: keys
+# ---------------------------------------------------------------------------------- keys
 
 
 def _encrypted_pair(directory: Path, passphrase: str | None) -> tuple[Path, Path]:
@@ -295,7 +295,7 @@ def test_serve_on_a_terminal_never_prompts_for_a_passphrase(tmp_path: Path) -> N
     assert "is an encrypted private key" in done.stdout and "key_password_file" in done.stdout
 
 
-# --------------------------------------------------------------------------- item 11: signals
+# ----------------------------------------------------------------------------------- signals
 
 
 def test_sighup_reloads_a_bad_config_keeps_the_old_one_and_usr1_is_harmless(

@@ -278,7 +278,7 @@ def test_sigterm_during_a_stuck_poll_exits_within_5_seconds() -> None:
 
 
 def test_serve_appends_history_that_spark_history_reads(sim: SimCluster, tmp_path: Path) -> None:
-    """history.directory in the config: each poll lands in the Parquet history (issue 7)."""
+    """history.directory in the config: each poll lands in the Parquet history."""
     from exporter.spark.report import build_report, read_history
 
     config = tmp_path / "exporter.yaml"

@@ -1,4 +1,4 @@
-"""What a newcomer reads and runs first is true (issue 27 item 5).
+"""What a newcomer reads and runs first is true.
 
 - `--help` of every script in scripts/ answers with its own name and without side effects: no
   installer, package manager or sudo runs, no file appears in the clone, $HOME or the cache.

@@ -444,7 +444,7 @@ VALUE_SETS = [
 def test_gzip_scrapes_decompress_to_prometheus_clients_body_as_values_move(
     store: SnapshotStore, accept: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 18 item 2: the body of a cached gzip scrape, decompressed, is byte for byte what
+    """The body of a cached gzip scrape, decompressed, is byte for byte what
     prometheus_client's own app renders for the same registry, while the fresh collectors'
     values move (their render reused as a template) and when their shape changes."""
     from exporter.expose import render_cache

@@ -1,4 +1,4 @@
-"""Signals at any moment from the first line of Python onwards (issue 30 item 5): `serve` given
+"""Signals at any moment from the first line of Python onwards: `serve` given
 SIGTERM or SIGINT exits 0 within 5 s, and SIGHUP never kills it, whether the signal lands in
 the imports, while the configuration is read, or once it serves. exporter.entry installs the
 handlers before any heavy import; the interpreter's own start-up (before any of our code runs)

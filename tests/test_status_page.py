@@ -426,7 +426,7 @@ def test_abort_command_line_without_config_file() -> None:
     assert abort_command_line("c", txn, abort_command=("kafka-txn-exporter", "abort")) == (
         "kafka-txn-exporter abort --cluster c --topic t-1 --partition 0 --start-offset 7"
     )
-    # By default the command names this installation's executable by its path (issue 27).
+    # By default the command names this installation's executable by its path.
     default = shlex.split(abort_command_line("c", txn))
     assert default[:len(running_abort_command())] == list(running_abort_command())
     assert Path(default[0]).is_absolute() and os.access(default[0], os.X_OK)

@@ -1,4 +1,4 @@
-"""Transaction version 2 in the simulator (issue 29): a new epoch per transaction and, at epoch
+"""Transaction version 2 in the simulator: a new epoch per transaction and, at epoch
 exhaustion (32766), a new producer id; the exporter reports none of those transactions late,
 hanging or orphaned (docs/kafka-semantics.md#transaction-version-2).
 

@@ -1,4 +1,4 @@
-"""Two-phase-commit transactions (KIP-939, issue 29): their own kind, never late or hanging.
+"""Two-phase-commit transactions (KIP-939): their own kind, never late or hanging.
 
 Facts: docs/kafka-semantics.md#two-phase-commit (the coordinator gives a 2PC producer the
 timeout 2147483647 and its reaper skips it)."""

@@ -1,4 +1,4 @@
-"""The abort command's separate check for two-phase-commit transactions (KIP-939, issue 29).
+"""The abort command's separate check for two-phase-commit transactions (KIP-939).
 
 An external coordinator (e.g. Flink's exactly-once sink) owns such a transaction's outcome and
 may already have decided to commit it; an ABORT marker written behind its back breaks its

@@ -88,7 +88,7 @@ class BrokerConfigReader:
         now = time.monotonic()
         missing = not errors and not response.results
         if missing:
-            state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)  # issue 30
+            state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)
         if self._settings.transaction_max_timeout_ms is None:
             value = parse_transaction_max_timeout_ms(response)
             if value is not None:

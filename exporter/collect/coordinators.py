@@ -84,7 +84,7 @@ class CoordinatorReader:
         # A dead broker leaves Metadata, so it is not asked above; its slice of the listing is
         # still missing while any __transaction_state partition has no leader.
         orphaned = any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless)
-        # So is the slice of a coordinator Metadata leaves out of its brokers (issue 30).
+        # So is the slice of a coordinator Metadata leaves out of its brokers.
         orphaned = orphaned or unlisted_leader(meta, TRANSACTION_STATE_TOPIC)
         return listing, not orphaned and all(result is not None for result in results)
 
@@ -237,7 +237,7 @@ class CoordinatorReader:
                 left_out = set(request.coordinator_keys or [request.key]).difference(
                     t for t, _, _ in found
                 )
-                if left_out:  # asked and not answered: looked up again (issue 30)
+                if left_out:  # asked and not answered: looked up again
                     state.error(broker, "FindCoordinator", MISSING_FROM_ANSWER)
                     retry.extend(sorted(left_out))
                 for transactional_id, node_id, code in found:
@@ -281,7 +281,7 @@ class CoordinatorReader:
             view.descriptions[description.transactional_id] = description
         answered = {d.transactional_id for d in descriptions} | {t for t, _ in errors}
         if not answered.issuperset(transactional_ids):
-            # An id asked about and left out: undescribed, so classified unknown (issue 30).
+            # An id asked about and left out: undescribed, so classified unknown.
             state.error(coordinator, "DescribeTransactions", MISSING_FROM_ANSWER)
         retry: list[str] = []
         for transactional_id, code in errors:

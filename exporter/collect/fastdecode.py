@@ -114,7 +114,7 @@ class DescribeProducersTopic:
     missing here was not observed (an int32 array: no object per partition)."""
     state_counts: list[tuple[int, int]] = field(default_factory=list)
     """(partition index, producer states) of the partitions answered with two or more
-    producer states, open or not: the poller screens crowded partitions (issue 28)."""
+    producer states, open or not: the poller screens crowded partitions."""
 
 
 @dataclass(slots=True)

@@ -147,7 +147,7 @@ class ConsumerGroupReader:
         # A __consumer_offsets partition without a leader: its coordinator is not listing.
         if any(tp.topic == CONSUMER_OFFSETS_TOPIC for tp in meta.leaderless):
             lookup.all_unknown("LEADER_NOT_AVAILABLE")
-        # Led by a broker Metadata does not list: that coordinator was not asked (issue 30).
+        # Led by a broker Metadata does not list: that coordinator was not asked.
         if unlisted_leader(meta, CONSUMER_OFFSETS_TOPIC):
             lookup.all_unknown("BROKER_UNREACHABLE")
         pending = sorted(groups)
@@ -306,7 +306,7 @@ class ConsumerGroupReader:
         state: PollState,
     ) -> None:
         """A group, or a partition of a group, that the answer leaves out is not "nothing
-        committed": its partitions' groups are unknown (issue 30). A group not answered at all
+        committed": its partitions' groups are unknown. A group not answered at all
         may have committed on any affected partition, so every one is unknown."""
         answered = {a.group_id for a in answers}
         if not answered.issuperset(asked):

@@ -104,7 +104,7 @@ async def read_stable_offsets(
             high_watermark = high_watermarks.get(tp)
             stable = stable_offsets.get(tp)
             if high_watermark is None or stable is None:
-                if tp not in offsets.failed:  # left out of an answer: counted (issue 30)
+                if tp not in offsets.failed:  # left out of an answer: counted
                     state.error(broker_id, "ListOffsets", MISSING_FROM_ANSWER)
                 offsets.failed.setdefault(tp, MISSING_FROM_ANSWER)
             elif not 0 <= stable <= high_watermark:

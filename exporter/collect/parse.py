@@ -40,7 +40,7 @@ class ProducersAnswer:
     """Partitions asked for that the answer leaves out (not observed either)."""
     state_counts: list[tuple[TopicPartition, int]] = field(default_factory=list)
     """Partitions answered (error 0) with two or more producer states, open or not, and how
-    many: what the poller learns to screen by (issue 28)."""
+    many: what the poller learns to screen by."""
 
 
 def parse_describe_producers(

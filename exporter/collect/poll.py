@@ -280,7 +280,7 @@ class ClusterPoller:
         """Transactions seen right after a poll that could not observe their partition have a
         gap in their consecutive answers (they may have been open, and untracked, through it):
         until the rule decides them (orphaned, or tracked), whether they are orphaned is
-        unknown, not "no" (issue 30)."""
+        unknown, not "no"."""
         before = self._unobserved_before
         open_keys = {t.key for t in open_txns}
         # An unknown answer is a gap too: the next answer alone is not "two consecutive".

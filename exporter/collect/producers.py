@@ -2,7 +2,7 @@
 partitions whose leadership moved since Metadata. Every partition asked for ends up either in
 `PollState.open_entries` (its open transactions, if any) or in `PollState.unobserved`.
 
-Crowded partitions (issue 28): a partition whose last answer held SCREEN_FROM_STATES or more
+Crowded partitions: a partition whose last answer held SCREEN_FROM_STATES or more
 producer states (idempotent producers keep one each for `producer.id.expiration.ms`) is
 screened first (`collect.screening`: its high watermark and last stable offset, from a fetch
 session) and asked DescribeProducers only when its last stable offset is below its high
@@ -43,7 +43,7 @@ from exporter.settings import ClusterSettings
 log = get_logger()
 
 SCREEN_FROM_STATES = 3
-"""Producer states from which a partition is screened. Measured on Kafka 4.0 (issue 28):
+"""Producer states from which a partition is screened. Measured on Kafka 4.0:
 DescribeProducers costs ~9 bytes per partition + ~37 per state; the screen's first read (two
 ListOffsets) ~54, then nothing while the partition is idle and ~40 when it moved."""
 
@@ -272,7 +272,7 @@ class ProducerStateReader:
         while Metadata is unchanged, so the batches (and the bytes each builder encodes) are
         kept for it and reused, not rebuilt every poll. Batches hold at most
         `describe_producers_batch_size` partitions and, by the states learnt from earlier
-        answers, at most half of `max_response_bytes` of expected answer (issue 28)."""
+        answers, at most half of `max_response_bytes` of expected answer."""
         batch_size = max(1, self._settings.describe_producers_batch_size)
         cached = self._cached_requests
         version = self._crowded_version

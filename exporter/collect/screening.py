@@ -1,4 +1,4 @@
-"""Screening of crowded partitions (issue 28): a partition's high watermark (HW) and last
+"""Screening of crowded partitions: a partition's high watermark (HW) and last
 stable offset (LSO) tell whether it holds an open transaction below the HW without
 DescribeProducers, whose answer grows with every producer state the partition keeps
 (idempotent ones included, for `producer.id.expiration.ms`). Kafka's LSO is the first offset

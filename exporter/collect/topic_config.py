@@ -65,7 +65,7 @@ class TopicConfigReader:
                 state.error(broker_id, "DescribeConfigs", error_name(code))
             failed = {name for name, _ in errors}
             if any(t not in compacted and t not in failed for t in batch):
-                # A topic asked for and left out: unknown, and counted (issue 30).
+                # A topic asked for and left out: unknown, and counted.
                 state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)
             now = time.monotonic()
             for topic in batch:

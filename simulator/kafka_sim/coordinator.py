@@ -183,7 +183,7 @@ class ProducerIdManager:
 
     def generate_many(self, broker_id: int, count: int) -> list[range]:
         """The ids `count` calls of `generate(broker_id)` return, as runs of consecutive ids
-        (a new run where a block runs out), without a call per id (seed.py, issue 28)."""
+        (a new run where a block runs out), without a call per id (seed.py)."""
         runs: list[range] = []
         while count > 0:
             block = self._blocks.get(broker_id)

@@ -10,7 +10,7 @@ transactions, else the high watermark.
 The simulator keeps every replica identical, so the high watermark is the log end offset.
 A log object is only created for a partition on its first write; seeded batches keep no bytes
 until a Fetch asks for them (see `StoredBatch.raw_bytes`). Idle idempotent producer states seeded
-in bulk live in an `IdleProducerBlock` (two arrays, no object per state or batch: issue 28).
+in bulk live in an `IdleProducerBlock` (two arrays, no object per state or batch).
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ class IdleProducerBlock:
     `pid_at(i)` (epoch 0, last sequence 0, coordinator epoch -1, no transaction) last written at
     `now_ms - ages[i]`, its batch at `base_offset + i`, as `PartitionLog.append_seeded_batch`
     would have left them. Ids as runs, timestamps as one array: a few bytes per state instead of
-    a ProducerStateEntry and a StoredBatch (~512 bytes), so that millions fit (issue 28).
+    a ProducerStateEntry and a StoredBatch (~512 bytes), so that millions fit.
 
     In `PartitionLog.batches` it stands for its batches (made on demand by `batch_at`, bytes as a
     seeded StoredBatch's); its states stay in the producer map until expired (`expire`) or

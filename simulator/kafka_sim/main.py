@@ -117,7 +117,7 @@ def _parser(prog: str = SIM_PROG) -> argparse.ArgumentParser:
 
 def _sasl_users(parser: argparse.ArgumentParser, specs: Sequence[str]) -> dict[str, str] | None:
     """NAME:ENV_VAR pairs. Neither the spec nor what follows the colon is ever echoed: people
-    do type NAME:PASSWORD (issue 30)."""
+    do type NAME:PASSWORD."""
     if not specs:
         return None
     users: dict[str, str] = {}

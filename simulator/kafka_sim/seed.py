@@ -210,7 +210,7 @@ def seed_producer_states(
     """`count` producer states on one partition, as `count` short-lived idempotent producers
     (a batch job, a restart: each InitProducerId gives a new id) leave them: one batch each,
     last written up to `max_age_ms` ago (kept for `producer.id.expiration.ms` after that, then
-    expired by the broker's periodic check, `ClusterState.tick`). Returns the ids (issue 28).
+    expired by the broker's periodic check, `ClusterState.tick`). Returns the ids.
     `seed_idle_producer_states` leaves the same cluster in a few bytes per state."""
     pick = rng or random.Random(0)
     return [

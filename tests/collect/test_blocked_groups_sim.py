@@ -1,4 +1,4 @@
-"""Blocked consumer groups, end to end against the simulator (issue 17 item 1).
+"""Blocked consumer groups, end to end against the simulator.
 
 The scenario is the groups capture's (tests/data/real-kafka-4.0-groups/README.md) on three
 brokers: on grp-test-0 a committed transaction, a hanging one (backdated 1 h: late on the first

@@ -1,4 +1,4 @@
-"""Soak (issue 15 item 12): hundreds of transactional ids come and go through one long-lived
+"""Soak: hundreds of transactional ids come and go through one long-lived
 poller against the simulator, and every cache the poller keeps between polls stays bounded by
 what is open now; once everything has ended, the per-transaction caches are empty.
 

@@ -1,4 +1,4 @@
-"""Response frames are capped (issue 15 item 5): a broker, or anyone in the middle, announcing
+"""Response frames are capped: a broker, or anyone in the middle, announcing
 a 500 MiB frame fails that connection as soon as the 4-byte length is read, and the process's
 memory does not grow (it used to buffer and copy the whole frame: RSS from 44 MB to 1.1-1.6 GB).
 """

@@ -1,4 +1,4 @@
-"""No false number (issue 15 items 1, 2, 3): against the simulator, a poller and `analyze`
+"""No false number: against the simulator, a poller and `analyze`
 report an unknown as absent (None) with its reason counted, never 0, and never use an
 impossible producer timestamp as a transaction's start.
 
@@ -60,7 +60,7 @@ def counts(summary: BrokerSummary) -> tuple[int | None, int | None, int | None]:
     )
 
 
-# -- item 1/2: start time ----------------------------------------------------------------------
+# -- start time --------------------------------------------------------------------------------
 
 
 def test_start_time_rule_never_uses_an_impossible_timestamp() -> None:
@@ -120,7 +120,7 @@ def test_a_producer_clock_50_minutes_fast_does_not_hide_a_hanging_transaction(
     assert snap.open_transactions_by_start_time_source == {expected.value: 1}
 
 
-# -- item 3: unknown is absent, never 0 --------------------------------------------------------
+# -- unknown is absent, never 0 ----------------------------------------------------------------
 
 
 def test_garbage_describe_producers_answer_makes_that_brokers_counts_unknown(

@@ -1,5 +1,5 @@
-"""A changed Metadata answer is parsed after the previous parse has been let go (issue 28
-item 5): the client's cached parse and the DescribeProducers batches built on its `by_leader`
+"""A changed Metadata answer is parsed after the previous parse has been let go: the
+client's cached parse and the DescribeProducers batches built on its `by_leader`
 are dropped first, so the two views are never alive at once (at 1M partitions that was
 ~100 MiB more at the peak of the poll after a leader moved: benchmarks/RESULTS.md).
 

@@ -1,4 +1,4 @@
-"""Churn (issue 17 item 2): 30 minutes of simulated time of healthy transactions -- commits,
+"""Churn: 30 minutes of simulated time of healthy transactions -- commits,
 aborts, producers that vanish and are timed out by their coordinator, transactional ids re-used
 by a new producer (InitProducerId bumps the epoch and fences what the old one left open),
 partition leaders and transaction coordinators that move, coordinators loading, markers held

@@ -1,4 +1,4 @@
-"""Orphaned transactions (issue 17 item 2) against the simulator over TCP: an open transaction
+"""Orphaned transactions against the simulator over TCP: an open transaction
 its coordinator does not track on two consecutive polls with the same key is flagged before it
 is late; a healthy one is never; an unanswered coordinator is unknown, never orphaned.
 
@@ -155,7 +155,7 @@ def test_coordinator_loading_is_unknown_never_orphaned(env: PollEnv) -> None:
     assert snap.orphaned_transactions == ()
     assert orphaned_by_broker(snap)[leader] is None
     env.sim.call(state.coordinator.loading_partitions.discard, partition)
-    # An interrupted check is no evidence either way (issue 30): the count did not start
+    # An interrupted check is no evidence either way: the count did not start
     # again, so the second "not tracked" answer, at the first successful check, decides.
     snap = next_poll(env)
     (orphan,) = snap.orphaned_transactions
@@ -243,9 +243,9 @@ def test_an_orphan_stays_orphaned_through_a_listing_error(env: PollEnv) -> None:
 def test_orphan_detection_is_warm_exactly_when_an_orphan_open_all_along_is_reported(
     env: PollEnv,
 ) -> None:
-    """`orphan_detection_warm` (issue 27): after a start an orphan is reported from the third
+    """`orphan_detection_warm`: after a start an orphan is reported from the third
     poll, and the alert rules hold its page while no replica is warm, so the flag must be false
-    exactly until then. A failed poll (no Metadata) is no evidence (issue 30): the consecutive
+    exactly until then. A failed poll (no Metadata) is no evidence: the consecutive
     answers stand, so the first poll after it is warm and reports the orphan again."""
     hanging_transaction(env.bootstrap, "hang-warm", "t", 0, now_ms=env.now_ms)
     seen = [next_poll(env) for _ in range(4)]

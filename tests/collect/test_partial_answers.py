@@ -1,4 +1,4 @@
-"""No number from a partial answer (issue 30 item 1): every answer the exporter parses is
+"""No number from a partial answer: every answer the exporter parses is
 checked against what it asked, so an answer that leaves out a group, a partition, a
 transactional id or a broker makes the dependent values absent (a reason counted), never
 smaller or larger.
@@ -236,7 +236,7 @@ def test_no_value_from_a_partial_answer_is_ever_wrong(
 
 
 def test_offset_fetch_leaving_out_a_group_is_unknown_not_fewer(scenario: Scenario) -> None:
-    """The issue's case: an OffsetFetch answer without one of the two blocked groups."""
+    """An OffsetFetch answer without one of the two blocked groups: unknown, not fewer."""
     sim = scenario.sim
     poller = ClusterPoller(scenario.settings, clock_ms=lambda: scenario.now_ms)
     try:

@@ -1,4 +1,4 @@
-"""Differential test of the screened poll (issue 28): the full poll (DescribeProducers for
+"""Differential test of the screened poll: the full poll (DescribeProducers for
 every partition, every poll) and the screened one (crowded partitions screened through fetch
 sessions, asked DescribeProducers only where LSO < HW and moved since last asked) poll the
 same cluster at the same instants through 30 simulated minutes of churn (commits, aborts,

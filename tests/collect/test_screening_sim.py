@@ -1,4 +1,4 @@
-"""Crowded partitions are screened (issue 28): a partition whose last DescribeProducers
+"""Crowded partitions are screened: a partition whose last DescribeProducers
 answer held many producer states is read with the two ListOffsets once, then through a fetch
 session, and asked DescribeProducers again only when its last stable offset is below its high
 watermark (and moved since it was last asked) or its offsets cannot be read; what the poll
@@ -215,7 +215,7 @@ def test_a_crowded_partition_asked_with_few_states_left_is_asked_directly_again(
 
 
 def test_batches_fit_the_response_limit_and_a_partition_too_large_alone_is_unobserved() -> None:
-    """No answer too big (issue 28 item 4): a batch whose answer crossed `max_response_bytes`
+    """No answer too big: a batch whose answer crossed `max_response_bytes`
     is asked one partition per request next time, then batched by the learnt states so no
     answer crosses the limit again; a partition whose answer alone crosses it is screened
     with ListOffsets and, when it must be asked (LSO < HW), unobserved as ANSWER_TOO_LARGE,

@@ -1,4 +1,4 @@
-"""`collect.screening.Screen` on hand-made answers (issue 28): only LSO == HW, read without
+"""`collect.screening.Screen` on hand-made answers: only LSO == HW, read without
 error, is "clear"; everything else goes to DescribeProducers, and what is wrong with an
 answer is counted. A partition's first read is the two ListOffsets; then its leader's fetch
 session: full, then incremental, and full again whenever the session is in doubt."""

@@ -1,4 +1,4 @@
-"""A page is true at every moment (issue 27 item 1), end to end with real processes: a 3-broker
+"""A page is true at every moment, end to end with real processes: a 3-broker
 `SimCluster`; `kafka-txn-exporter serve` as child processes on fixed loopback ports (killed,
 restarted in place, rolled out to another port); the Debian `prometheus` scraping both ports
 every second and evaluating the generated rules every second; the Debian `alertmanager`

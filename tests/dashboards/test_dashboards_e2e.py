@@ -168,7 +168,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "transaction.max.timeout.ms": str(TRANSACTION_MAX_TIMEOUT_MS),
             # Like the real-broker capture: lets hang-1's un-added Produce through (KIP-890).
             "transaction.partition.verification.enable": "false",
-            # A two-phase-commit transaction (KIP-939) for its own table (issue 29).
+            # A two-phase-commit transaction (KIP-939) for its own table.
             "transaction.two.phase.commit.enable": "true",
         },
         profile="4.4-two-phase",
@@ -472,7 +472,7 @@ def _start_exporter_process(bootstrap: str, work: Path) -> tuple[subprocess.Pope
 def test_sigterm_while_a_hanging_transaction_pages_pages_absence_and_never_resolves_first(
     tmp_path: Path,
 ) -> None:
-    """Issue 16: stopping the exporter must not look like "all clear".
+    """Stopping the exporter must not look like "all clear".
 
     A hanging transaction pages; the exporter process gets SIGTERM. The webhook must receive
     KafkaTxnExporterAbsent, and no "resolved" for KafkaHangingTransaction before it (nor for a

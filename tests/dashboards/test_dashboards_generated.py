@@ -79,7 +79,7 @@ def test_dashboard_panels_have_description_unit_and_templated_datasource(name: s
                 assert 'cluster=~"$cluster"' in target["expr"], title
 
 
-def test_overview_has_the_panels_the_issue_asks_for() -> None:
+def test_overview_has_late_partitions_late_transactions_table_and_transaction_metrics() -> None:
     board = json.loads(DASHBOARDS["overview"].read_text(encoding="utf-8"))
     by_title = {p["title"]: p for p in _panels(board)}
     late = by_title["Partitions with late transactions"]

@@ -1,4 +1,4 @@
-"""The chart runs what it renders (issue 27 item 6): probes that work with mutual TLS on the web
+"""The chart runs what it renders: probes that work with mutual TLS on the web
 port, and config.history turned on (emptyDir or a PersistentVolumeClaim).
 
 With config.web.client_ca_secret the exporter refuses every TLS connection without a client

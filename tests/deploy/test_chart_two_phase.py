@@ -1,4 +1,4 @@
-"""The chart's KafkaTwoPhaseTransactionStuck tunables and two_phase_late_seconds (issue 29)."""
+"""The chart's KafkaTwoPhaseTransactionStuck tunables and two_phase_late_seconds."""
 
 from __future__ import annotations
 

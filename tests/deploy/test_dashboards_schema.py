@@ -1,5 +1,5 @@
-"""Both dashboards type-check against @grafana/schema, Grafana's own dashboard types (issue 27
-item 6): the TypeScript compiler checks each generated JSON as a `Dashboard` object literal, so
+"""Both dashboards type-check against @grafana/schema, Grafana's own dashboard types:
+the TypeScript compiler checks each generated JSON as a `Dashboard` object literal, so
 a key the schema has no place for (e.g. `auto`, `auto_count`, `auto_min` on a query or data
 source variable) is an error. scripts/install-grafana-schema installs both into a cache outside
 the repository; scripts/test runs it."""
@@ -69,7 +69,7 @@ def test_both_dashboards_validate_against_grafana_schema(tmp_path: Path) -> None
     dashboards = {name: generated[name] for name in (OVERVIEW_FILE, HEALTH_FILE)}
     assert _type_check(home, dashboards, tmp_path) == ""
 
-    # The check sees what the issue saw: the SDK's interval-only fields on a query variable.
+    # The check rejects what the schema rejects: the SDK's interval-only fields on a query variable.
     board = json.loads(dashboards[OVERVIEW_FILE])
     board["templating"]["list"][1].update(auto=False, auto_count=30, auto_min="10s")
     errors = _type_check(home, {OVERVIEW_FILE: json.dumps(board)}, tmp_path)

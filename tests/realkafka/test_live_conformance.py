@@ -1,4 +1,4 @@
-"""The simulator answers to the real broker, live (issue 26 item 6).
+"""The simulator answers to the real broker, live.
 
 The capture scenarios of tests/data/real-kafka-4.0 (topics; committed, open and hanging
 transactions; errors: unknown topic, unknown partition, unknown transactional id, a bad state
@@ -53,7 +53,7 @@ class Live:
     exporter: dict[str, LiveAnswer]
     """The exporter's own requests (exporter/collect/client.py builders), by name."""
     seconds: float
-    """Broker start, both scenarios and the comparison (issue 26 budget: 30 s per version)."""
+    """Broker start, both scenarios and the comparison (budget: 30 s per version)."""
 
 
 @pytest.fixture(scope="module")

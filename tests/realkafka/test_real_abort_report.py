@@ -1,5 +1,5 @@
 """`kafka-txn-exporter abort` on a real broker shows the transactional id the coordinator lists
-whatever the transaction's age (issue 27 item 3): for a young orphaned transaction (which it
+whatever the transaction's age: for a young orphaned transaction (which it
 confirms with `scan`'s two looks and then aborts) and for an ordinary open one (which it refuses,
 saying the coordinator tracks it). docs/abort.md, docs/kafka-semantics.md#abort."""
 

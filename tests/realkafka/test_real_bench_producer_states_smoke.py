@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/bench_producer_states_real.py (issue 28) at a tiny size, on each
+"""Smoke test of benchmarks/bench_producer_states_real.py at a tiny size, on each
 Kafka version of the matrix: it seeds what it says, both strategies find the open transaction,
 and the broker's own figures are there (its CPU from /proc, Kafka's RequestMetrics through
 JmxTool, whose names differ across versions). No timing is asserted. The benchmark starts and

@@ -1,4 +1,4 @@
-"""`kafka-txn-exporter demo --kafka real`: the demo on a real local broker (issue 26 item 7).
+"""`kafka-txn-exporter demo --kafka real`: the demo on a real local broker.
 
 Runs once, on the newest version of the matrix: the demo as a subprocess starts its broker from
 the installed jars, its workload and (backdated, verification off) its hanging transaction, and

@@ -1,5 +1,5 @@
-"""Faults on a real 3-broker KRaft cluster while a late hanging transaction is open (issue 26
-item 5): kill -9 of the transactional id's coordinator and of the partition's leader, each
+"""Faults on a real 3-broker KRaft cluster while a late hanging transaction is open:
+kill -9 of the transactional id's coordinator and of the partition's leader, each
 inside a poll, a leader move (a preferred LeaderElectionCommand gives the partition back to
 the killed leader once it is in sync again) and a clean broker restart, with the exporter
 polling every second in a thread and each poll rendered as /metrics.

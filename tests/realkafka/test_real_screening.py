@@ -1,4 +1,4 @@
-"""Screening of crowded partitions on a real broker (issue 28): Kafka's last stable offset
+"""Screening of crowded partitions on a real broker: Kafka's last stable offset
 equals the high watermark on a partition with idempotent producer states only, and falls below
 it when a transaction is open there (docs/kafka-semantics.md#lso-equals-hw), so the screened
 poll asks DescribeProducers only for that partition and finds what the full poll finds. The

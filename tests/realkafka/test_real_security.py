@@ -1,4 +1,4 @@
-"""Security against a real broker (issue 26 item 4; issue 27 item 4): the exporter over a
+"""Security against a real broker: the exporter over a
 SASL_SSL listener (CA and hostname checked) with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, the
 KRaft StandardAuthorizer's ACLs taken away one at a time, and `scan`'s exit status and message
 per cause (authentication, TLS) - on every version of the matrix.

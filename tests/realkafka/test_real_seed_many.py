@@ -1,4 +1,4 @@
-"""`idempotent_producer_write_all` on a real broker (issue 28): one short-lived idempotent
+"""`idempotent_producer_write_all` on a real broker: one short-lived idempotent
 producer, one InitProducerId and one Produce carrying a batch for several partitions, leaves a
 producer state of its own (sequence 0) on each of them and on no other partition. The real-broker
 producer-states benchmark seeds a million states this way, so what it seeds is checked here."""

@@ -1,4 +1,4 @@
-"""The truth cases of issue 26 on real Apache Kafka: what the exporter reports against what
+"""The truth cases on real Apache Kafka: what the exporter reports against what
 Kafka's own tools say (`kafka-transactions.sh find-hanging`, the broker's JMX gauges
 PartitionsWithLateTransactionsCount and LastStableOffsetLag), per version of the matrix.
 

@@ -1,4 +1,4 @@
-"""Two-phase-commit transactions (KIP-939) and transaction version 2 on real brokers (issue 29).
+"""Two-phase-commit transactions (KIP-939) and transaction version 2 on real brokers.
 
 Facts: docs/kafka-semantics.md#two-phase-commit and #transaction-version-2.
 - 4.4.0 offers InitProducerId v6 (Enable2Pc) only with unstable.api.versions.enable=true (v6 is

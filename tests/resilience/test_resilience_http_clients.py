@@ -1,4 +1,4 @@
-"""Slow and abundant HTTP clients, and a process out of descriptors (issue 15 item 6).
+"""Slow and abundant HTTP clients, and a process out of descriptors.
 
 The server runs in this process so the tests can count its threads and lower the
 descriptor limit; every bound is shrunk (deadline 1.5 s, cap 16) so the tests stay short.

@@ -1,4 +1,4 @@
-"""`scan` names the real cause when no broker answers (issue 27): authentication failed, TLS
+"""`scan` names the real cause when no broker answers: authentication failed, TLS
 failed (untrusted CA, wrong hostname), unreachable, timed out - each its own one-line message
 and exit status (README, `scan --help`), against the simulator's TLS and SASL listeners.
 The same against a real broker: tests/realkafka/test_real_security.py."""

@@ -1,4 +1,4 @@
-"""Idle idempotent producer states held compactly (issue 28): `seed_idle_producer_states` must
+"""Idle idempotent producer states held compactly: `seed_idle_producer_states` must
 leave a cluster that answers every API byte for byte as `seed_producer_states` (one
 ProducerStateEntry and one seeded batch per state) does. Two SimClusters are seeded the same
 way, one explicitly and one compactly, from the same random seed, and asked the same requests

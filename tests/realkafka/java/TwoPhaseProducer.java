@@ -7,7 +7,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
- * Kafka's own Java producer, driven the way the real-broker tests need it (issue 29).
+ * Kafka's own Java producer, driven the way the real-broker tests need it.
  *
  * Modes:
  *   prepare BOOTSTRAP TOPIC TXN_ID        2PC producer: init (Enable2Pc), one record, flush,
