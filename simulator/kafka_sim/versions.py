@@ -69,6 +69,12 @@ class VersionProfile:
     """A timed-out transaction under transaction.version 2: the 4.0.0 coordinator fences (epoch
     + 1) and the abort bumps again (captures 47/48: 0 -> 2); live 4.0.2 and 4.4.0 brokers end
     at 1 (the fence is not added)."""
+    describe_producers_error_messages: bool = True
+    """DescribeProducers names the error of a partition the broker does not host (or lead) in
+    error_message; a live 2.8.2 broker leaves it null (from 3.0 on it is filled in)."""
+    offset_fetch_groups_in_hash_order: bool = False
+    """Batched OffsetFetch (v8+) answers its groups in the Scala mutable.HashMap order of their
+    ids (a live 3.0.2 broker) instead of in request order (3.9 and 4.x)."""
     classic_group_coordinator: bool = False
     """The pre-4.0 group coordinator (3.9's default): ListGroups walks one ConcurrentHashMap of
     every group (GroupMetadataManager.groupMetadataCache), not per-shard TimelineHashMaps."""
@@ -283,9 +289,14 @@ def _release(
     *,
     features_of_4_0: bool = False,
     finalized_features_epoch: int = _NO_FINALIZED_FEATURES_EPOCH,
+    live_zookeeper_broker: bool = False,
+    describe_producers_error_messages: bool = True,
+    offset_fetch_groups_in_hash_order: bool = False,
 ) -> VersionProfile:
     """A release profile; without `features_of_4_0` it advertises no features (ZK mode), with
-    the given finalized features epoch (-1: none reported)."""
+    the given finalized features epoch (-1: none reported). `live_zookeeper_broker`: the
+    answers' orders and details a live ZooKeeper-mode broker of the release showed
+    (tests/realkafka/test_live_conformance_zookeeper.py)."""
     if features_of_4_0:
         return VersionProfile(
             name=name,
@@ -300,6 +311,9 @@ def _release(
         supported_features=(),
         finalized_features_epoch=finalized_features_epoch,
         finalized_features=(),
+        classic_group_coordinator=live_zookeeper_broker,
+        describe_producers_error_messages=describe_producers_error_messages,
+        offset_fetch_groups_in_hash_order=offset_fetch_groups_in_hash_order,
     )
 
 
@@ -315,12 +329,16 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
     {
         "2.7": _release("2.7", _KAFKA_2_7_API_VERSIONS),
         # 2.8 and 3.0: checked against live ZooKeeper-mode 2.8.2 and 3.0.2 brokers (ApiVersions
-        # row for row, features); 2.7 and 3.8 are not (no real broker of theirs runs).
+        # row for row, features, and every answer of the live comparison,
+        # tests/realkafka/test_live_conformance_zookeeper.py); 2.7 and 3.8 are not (no real
+        # broker of theirs runs).
         "2.8": _release(
-            "2.8", _KAFKA_2_8_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH
+            "2.8", _KAFKA_2_8_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True, describe_producers_error_messages=False,
         ),
         "3.0": _release(
-            "3.0", _KAFKA_3_0_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH
+            "3.0", _KAFKA_3_0_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True, offset_fetch_groups_in_hash_order=True,
         ),
         "3.8": _release("3.8", _KAFKA_3_8_API_VERSIONS),
         "4.0": KAFKA_4_0,
