@@ -23,6 +23,10 @@ list (so the "2.8" and "3.0" profiles do), 2.7 and 3.8 keep -1 (the schema defau
 reported), not checked against a live broker; 4.1 reuses the 4.0 capture's
 feature levels, which are not verified for 4.1 (only `transaction.version` affects the
 simulator, and 2 is the default finalized level of new 4.x clusters).
+The "3.5" and "3.6" profiles are the ApiVersions v3 answers of live ZooKeeper-mode 3.5.2 and
+3.6.2 brokers (scripts/kafka-zk-versions), verbatim; those of 2.8 and 3.0 equal the live 2.8.2
+and 3.0.2 answers row for row, and all four answer the live comparison
+(tests/realkafka/test_live_conformance_zookeeper.py) as their brokers do.
 The "3.9", "4.0.2" and "4.4" profiles are the ApiVersions v4 answers of live KRaft brokers of
 the matrix (scripts/kafka-versions), verbatim, with the behaviours the live comparison
 (tests/realkafka/test_live_conformance.py) found different from 4.0.0 as flags.
@@ -192,6 +196,21 @@ _KAFKA_3_0_API_VERSIONS: dict[int, tuple[int, int]] = {
     66: (0, 0), 67: (0, 0),
 }
 
+# Live ZooKeeper-mode 3.5.2 and 3.6.2 brokers' ApiVersions v3 answers (api_keys, in their order);
+# the two differ only in AddPartitionsToTxn (24): v4 (broker-side verification) from 3.6.
+_KAFKA_3_5_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 9), 1: (0, 15), 2: (0, 8), 3: (0, 12), 4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (0, 3),
+    8: (0, 8), 9: (0, 8), 10: (0, 4), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
+    15: (0, 5), 16: (0, 4), 17: (0, 1), 18: (0, 3), 19: (0, 7), 20: (0, 6), 21: (0, 2),
+    22: (0, 4), 23: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 27: (0, 1), 28: (0, 3),
+    29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4),
+    36: (0, 2), 37: (0, 3), 38: (0, 3), 39: (0, 2), 40: (0, 2), 41: (0, 3), 42: (0, 2),
+    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1),
+    50: (0, 0), 51: (0, 0), 56: (0, 3), 57: (0, 1), 58: (0, 0), 60: (0, 0), 61: (0, 0),
+    65: (0, 0), 66: (0, 0), 67: (0, 0),
+}
+_KAFKA_3_6_API_VERSIONS: dict[int, tuple[int, int]] = {**_KAFKA_3_5_API_VERSIONS, 24: (0, 4)}
+
 # BROKER_API_VERSIONS[(3, 8)]: ListTransactions v1 (DurationFilter); AddPartitionsToTxn v4-5.
 _KAFKA_3_8_API_VERSIONS: dict[int, tuple[int, int]] = {
     0: (0, 11), 1: (0, 16), 2: (0, 8), 3: (0, 12), 4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (0, 3),
@@ -339,6 +358,15 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
         "3.0": _release(
             "3.0", _KAFKA_3_0_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
             live_zookeeper_broker=True, offset_fetch_groups_in_hash_order=True,
+        ),
+        # 3.5 and 3.6: the live ZooKeeper-mode 3.5.2 and 3.6.2 brokers' answers.
+        "3.5": _release(
+            "3.5", _KAFKA_3_5_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True,
+        ),
+        "3.6": _release(
+            "3.6", _KAFKA_3_6_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True,
         ),
         "3.8": _release("3.8", _KAFKA_3_8_API_VERSIONS),
         "4.0": KAFKA_4_0,

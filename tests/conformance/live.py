@@ -360,7 +360,7 @@ def _records(batch_rules: list[Rule]) -> Callable[[Any, Any], str | None]:
 
 DESCRIBE_GROUPS = 15
 METADATA = 3
-ZOOKEEPER_PROFILES = ("2.8", "3.0")
+ZOOKEEPER_PROFILES = ("2.8", "3.0", "3.5", "3.6")
 """The simulator's profiles judged by live ZooKeeper-mode brokers."""
 DESCRIBE_CONFIGS = 32
 ALL_BROKER_CONFIGS = "06-describeconfigs-v4-broker-all.json"

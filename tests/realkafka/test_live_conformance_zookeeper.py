@@ -3,16 +3,18 @@
 The live comparison of test_live_conformance.py (the capture scenarios of
 tests/data/real-kafka-4.0 and tests/data/real-kafka-4.0-groups, sent as recorded to a fresh real
 broker and to a fresh simulator, every answer compared field by field under
-conformance.live.LIVE_NORMALISATIONS), run on the ZooKeeper-mode releases of
-scripts/kafka-zk-versions that the simulator has a profile of. One fresh ZooKeeper-mode broker
-per version, shared by this module (a fresh one: the scenario needs the producer ids and topic
-names of a new cluster, which the shared `real_zk_kafka` broker of the focused set has spent).
+conformance.live.LIVE_NORMALISATIONS), run on each ZooKeeper-mode release of
+scripts/kafka-zk-versions against the simulator's profile recorded from that release's live
+broker. One fresh ZooKeeper-mode broker per version, shared by this module: fresh, because the
+scenario needs the producer ids and topic names of a new cluster, which the shared
+`real_zk_kafka` broker of the focused set has spent.
 
 A captured request at a version the release does not offer closes the connection on both sides
 (compared as such). What the exporter depends on is asked again at the version the exporter
-itself negotiates with that release: Metadata, DescribeProducers, ListTransactions and
-DescribeTransactions (3.0+; before, the exporter sends neither, see below), FindCoordinator,
-DescribeConfigs, ListGroups, OffsetFetch, ListOffsets in both isolation levels and Fetch.
+itself negotiates with that release: Metadata, DescribeCluster, DescribeProducers,
+ListTransactions and DescribeTransactions (from 3.0; a 2.8 broker does not offer them, and the
+exporter sends them on neither side), FindCoordinator, DescribeConfigs, ListGroups, OffsetFetch,
+ListOffsets in both isolation levels and Fetch.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from realhelpers import kafka_zk_versions
 TXN_FILES = [f for f in exchange_files() if int(f[:2]) <= 49]
 GROUP_FILES = exchange_files(GROUPS_DATA_DIR)
 
-ZK_SIM_PROFILE = {"2.8": "2.8", "3.0": "3.0"}
-EXPECTED_ANSWERED = {"2.8": 24, "3.0": 36}
+ZK_SIM_PROFILE = {"2.8": "2.8", "3.0": "3.0", "3.5": "3.5", "3.6": "3.6"}
+EXPECTED_ANSWERED = {"2.8": 24, "3.0": 36, "3.5": 36, "3.6": 36}
 """Of the 64 captured exchanges (recorded at 4.0's versions), how many the release answers: the
 rest it refuses, on both sides alike."""
 """major.minor of a ZooKeeper-mode release -> the simulator's release profile judged by it."""
@@ -54,10 +56,6 @@ rest it refuses, on both sides alike."""
 def _major_minor(version: str) -> tuple[int, int]:
     major, minor = (int(part) for part in version.split(".")[:2])
     return major, minor
-
-
-def _profiled_versions() -> list[str]:
-    return [v for v in kafka_zk_versions() if ".".join(v.split(".")[:2]) in ZK_SIM_PROFILE]
 
 
 @dataclass
@@ -72,7 +70,7 @@ class ZkLive:
     """Broker (and ZooKeeper) start, both scenarios and the comparison."""
 
 
-@pytest.fixture(scope="module", params=_profiled_versions())
+@pytest.fixture(scope="module", params=kafka_zk_versions())
 def zk_live(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ZkLive]:

@@ -423,8 +423,8 @@ def test_abort_ends_the_late_hanging_transaction_or_refuses_what_it_cannot_confi
 # ------------------------------------------------------------- the simulator's old profiles
 
 
-SIM_PROFILE = {(2, 8): "2.8", (3, 0): "3.0"}
-"""The simulator's release profiles these brokers judge (3.5 and 3.6 have none)."""
+SIM_PROFILE = {(2, 8): "2.8", (3, 0): "3.0", (3, 5): "3.5", (3, 6): "3.6"}
+"""The simulator's release profiles these brokers judge."""
 TRANSACTION_APIS = {
     22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers",
     61: "DescribeProducers", 65: "DescribeTransactions", 66: "ListTransactions",
