@@ -957,9 +957,8 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
     broker_id = ctx.broker_id
     # Per-partition checks that cannot differ between partitions are made once per topic.
     rules = any(rule.api_key == 61 for rule in state.errors)
-    # A 2.8 broker answers a partition it does not host or lead with the error code alone.
+    # A 2.8 broker answers a topic it does not know with the error code alone.
     messages = state.profile_for(broker_id).describe_producers_error_messages
-    not_leader_message = NOT_LEADER_MESSAGE if messages else None
     unknown_message = ERROR_MESSAGES[UNKNOWN_TOPIC_OR_PARTITION] if messages else None
     topics: list[tuple[str, list[DescribeProducersPartitionRow]]] = []
     for rt in req.topics:
@@ -980,7 +979,7 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
                     continue
                 log = logs[idx]
                 if broker_id not in replicas_of[idx]:
-                    append((idx, NOT_LEADER_OR_FOLLOWER, not_leader_message, ()))
+                    append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
                 elif log is None or not log.has_producer_states:
                     append(idx)  # error 0, no message, no producers
                 else:
@@ -1000,7 +999,7 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
             elif p is None:
                 append((idx, UNKNOWN_TOPIC_OR_PARTITION, None, ()))  # no such partition (37)
             elif broker_id not in p.replicas:
-                append((idx, NOT_LEADER_OR_FOLLOWER, not_leader_message, ()))
+                append((idx, NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE, ()))
             elif p.log is None:
                 append((idx, NONE, None, ()))
             else:

@@ -74,8 +74,9 @@ class VersionProfile:
     + 1) and the abort bumps again (captures 47/48: 0 -> 2); live 4.0.2 and 4.4.0 brokers end
     at 1 (the fence is not added)."""
     describe_producers_error_messages: bool = True
-    """DescribeProducers names the error of a partition the broker does not host (or lead) in
-    error_message; a live 2.8.2 broker leaves it null (from 3.0 on it is filled in)."""
+    """DescribeProducers names UNKNOWN_TOPIC_OR_PARTITION for a topic the broker does not know
+    in error_message; a live 2.8.2 broker leaves it null (3.0.2 on fill it in). Not-leader
+    answers cannot be seen on the one-node live brokers and keep their message."""
     offset_fetch_groups_in_hash_order: bool = False
     """Batched OffsetFetch (v8+) answers its groups in the Scala mutable.HashMap order of their
     ids (a live 3.0.2 broker) instead of in request order (3.9 and 4.x)."""
