@@ -97,12 +97,13 @@ def poll_env(sim: SimCluster, name: str, **settings: Any) -> Iterator[PollEnv]:
 
 
 def latest_offsets_request(
-    topic: str, partition: int, isolation_level: int, timeout_ms: int
+    topic: str, partition: int, isolation_level: int, timeout_ms: int, version: int = 10
 ) -> Any:
     """ListOffsets v10 for the latest offset (timestamp -1): the high watermark with
-    READ_UNCOMMITTED (0), the last stable offset with READ_COMMITTED (1), as captures 31/32."""
+    READ_UNCOMMITTED (0), the last stable offset with READ_COMMITTED (1), as captures 31/32
+    (`version`: lower for an older broker)."""
     part_cls = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
-    return ListOffsetsRequest[10](
+    return ListOffsetsRequest[version](
         replica_id=-1,
         isolation_level=isolation_level,
         topics=[

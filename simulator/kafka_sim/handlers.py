@@ -957,6 +957,9 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
     broker_id = ctx.broker_id
     # Per-partition checks that cannot differ between partitions are made once per topic.
     rules = any(rule.api_key == 61 for rule in state.errors)
+    # A 2.8 broker answers a topic it does not know with the error code alone.
+    messages = state.profile_for(broker_id).describe_producers_error_messages
+    unknown_message = ERROR_MESSAGES[UNKNOWN_TOPIC_OR_PARTITION] if messages else None
     topics: list[tuple[str, list[DescribeProducersPartitionRow]]] = []
     for rt in req.topics:
         name = rt.name
@@ -992,8 +995,7 @@ def handle_describe_producers(state: ClusterState, ctx: RequestContext, req: Any
             elif injected is not None:
                 append((idx, injected, ERROR_MESSAGES.get(injected), ()))
             elif t is None:
-                append((idx, UNKNOWN_TOPIC_OR_PARTITION,
-                        ERROR_MESSAGES[UNKNOWN_TOPIC_OR_PARTITION], ()))
+                append((idx, UNKNOWN_TOPIC_OR_PARTITION, unknown_message, ()))
             elif p is None:
                 append((idx, UNKNOWN_TOPIC_OR_PARTITION, None, ()))  # no such partition (37)
             elif broker_id not in p.replicas:
@@ -1168,6 +1170,9 @@ def handle_offset_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> A
                        metadata=m, error_code=NONE) for p, o, e, m in rows])
                 for name, rows in _fetched_offsets(state, g.group_id, wanted)]
             groups.append(GroupR(group_id=g.group_id, topics=topics, error_code=NONE))
+        if state.profile_for(ctx.broker_id).offset_fetch_groups_in_hash_order:
+            # A 3.0 broker collects the groups' answers in a Scala mutable.HashMap by group id.
+            groups = scala_mutable_hash_order(groups, lambda g: java_string_hash(g.group_id))
         return OffsetFetchResponse(version=v, throttle_time_ms=0, groups=groups)
     TopicR = OffsetFetchResponse.OffsetFetchResponseTopic
     PartR = TopicR.OffsetFetchResponsePartition

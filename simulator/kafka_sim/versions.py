@@ -23,6 +23,10 @@ list (so the "2.8" and "3.0" profiles do), 2.7 and 3.8 keep -1 (the schema defau
 reported), not checked against a live broker; 4.1 reuses the 4.0 capture's
 feature levels, which are not verified for 4.1 (only `transaction.version` affects the
 simulator, and 2 is the default finalized level of new 4.x clusters).
+The "3.5" and "3.6" profiles are the ApiVersions v3 answers of live ZooKeeper-mode 3.5.2 and
+3.6.2 brokers (scripts/kafka-zk-versions), verbatim; those of 2.8 and 3.0 equal the live 2.8.2
+and 3.0.2 answers row for row, and all four answer the live comparison
+(tests/realkafka/test_live_conformance_zookeeper.py) as their brokers do.
 The "3.9", "4.0.2" and "4.4" profiles are the ApiVersions v4 answers of live KRaft brokers of
 the matrix (scripts/kafka-versions), verbatim, with the behaviours the live comparison
 (tests/realkafka/test_live_conformance.py) found different from 4.0.0 as flags.
@@ -69,6 +73,13 @@ class VersionProfile:
     """A timed-out transaction under transaction.version 2: the 4.0.0 coordinator fences (epoch
     + 1) and the abort bumps again (captures 47/48: 0 -> 2); live 4.0.2 and 4.4.0 brokers end
     at 1 (the fence is not added)."""
+    describe_producers_error_messages: bool = True
+    """DescribeProducers names UNKNOWN_TOPIC_OR_PARTITION for a topic the broker does not know
+    in error_message; a live 2.8.2 broker leaves it null (3.0.2 on fill it in). Not-leader
+    answers cannot be seen on the one-node live brokers and keep their message."""
+    offset_fetch_groups_in_hash_order: bool = False
+    """Batched OffsetFetch (v8+) answers its groups in the Scala mutable.HashMap order of their
+    ids (a live 3.0.2 broker) instead of in request order (3.9 and 4.x)."""
     classic_group_coordinator: bool = False
     """The pre-4.0 group coordinator (3.9's default): ListGroups walks one ConcurrentHashMap of
     every group (GroupMetadataManager.groupMetadataCache), not per-shard TimelineHashMaps."""
@@ -186,6 +197,21 @@ _KAFKA_3_0_API_VERSIONS: dict[int, tuple[int, int]] = {
     66: (0, 0), 67: (0, 0),
 }
 
+# Live ZooKeeper-mode 3.5.2 and 3.6.2 brokers' ApiVersions v3 answers (api_keys, in their order);
+# the two differ only in AddPartitionsToTxn (24): v4 (broker-side verification) from 3.6.
+_KAFKA_3_5_API_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (0, 9), 1: (0, 15), 2: (0, 8), 3: (0, 12), 4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (0, 3),
+    8: (0, 8), 9: (0, 8), 10: (0, 4), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
+    15: (0, 5), 16: (0, 4), 17: (0, 1), 18: (0, 3), 19: (0, 7), 20: (0, 6), 21: (0, 2),
+    22: (0, 4), 23: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 27: (0, 1), 28: (0, 3),
+    29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4),
+    36: (0, 2), 37: (0, 3), 38: (0, 3), 39: (0, 2), 40: (0, 2), 41: (0, 3), 42: (0, 2),
+    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 49: (0, 1),
+    50: (0, 0), 51: (0, 0), 56: (0, 3), 57: (0, 1), 58: (0, 0), 60: (0, 0), 61: (0, 0),
+    65: (0, 0), 66: (0, 0), 67: (0, 0),
+}
+_KAFKA_3_6_API_VERSIONS: dict[int, tuple[int, int]] = {**_KAFKA_3_5_API_VERSIONS, 24: (0, 4)}
+
 # BROKER_API_VERSIONS[(3, 8)]: ListTransactions v1 (DurationFilter); AddPartitionsToTxn v4-5.
 _KAFKA_3_8_API_VERSIONS: dict[int, tuple[int, int]] = {
     0: (0, 11), 1: (0, 16), 2: (0, 8), 3: (0, 12), 4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (0, 3),
@@ -283,9 +309,14 @@ def _release(
     *,
     features_of_4_0: bool = False,
     finalized_features_epoch: int = _NO_FINALIZED_FEATURES_EPOCH,
+    live_zookeeper_broker: bool = False,
+    describe_producers_error_messages: bool = True,
+    offset_fetch_groups_in_hash_order: bool = False,
 ) -> VersionProfile:
     """A release profile; without `features_of_4_0` it advertises no features (ZK mode), with
-    the given finalized features epoch (-1: none reported)."""
+    the given finalized features epoch (-1: none reported). `live_zookeeper_broker`: the
+    answers' orders and details a live ZooKeeper-mode broker of the release showed
+    (tests/realkafka/test_live_conformance_zookeeper.py)."""
     if features_of_4_0:
         return VersionProfile(
             name=name,
@@ -300,6 +331,9 @@ def _release(
         supported_features=(),
         finalized_features_epoch=finalized_features_epoch,
         finalized_features=(),
+        classic_group_coordinator=live_zookeeper_broker,
+        describe_producers_error_messages=describe_producers_error_messages,
+        offset_fetch_groups_in_hash_order=offset_fetch_groups_in_hash_order,
     )
 
 
@@ -315,12 +349,25 @@ PROFILES: Mapping[str, VersionProfile] = MappingProxyType(
     {
         "2.7": _release("2.7", _KAFKA_2_7_API_VERSIONS),
         # 2.8 and 3.0: checked against live ZooKeeper-mode 2.8.2 and 3.0.2 brokers (ApiVersions
-        # row for row, features); 2.7 and 3.8 are not (no real broker of theirs runs).
+        # row for row, features, and every answer of the live comparison,
+        # tests/realkafka/test_live_conformance_zookeeper.py); 2.7 and 3.8 are not (no real
+        # broker of theirs runs).
         "2.8": _release(
-            "2.8", _KAFKA_2_8_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH
+            "2.8", _KAFKA_2_8_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True, describe_producers_error_messages=False,
         ),
         "3.0": _release(
-            "3.0", _KAFKA_3_0_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH
+            "3.0", _KAFKA_3_0_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True, offset_fetch_groups_in_hash_order=True,
+        ),
+        # 3.5 and 3.6: the live ZooKeeper-mode 3.5.2 and 3.6.2 brokers' answers.
+        "3.5": _release(
+            "3.5", _KAFKA_3_5_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True,
+        ),
+        "3.6": _release(
+            "3.6", _KAFKA_3_6_API_VERSIONS, finalized_features_epoch=_ZOOKEEPER_FINALIZED_EPOCH,
+            live_zookeeper_broker=True,
         ),
         "3.8": _release("3.8", _KAFKA_3_8_API_VERSIONS),
         "4.0": KAFKA_4_0,

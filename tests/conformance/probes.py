@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+LIST_OFFSETS = 2
 
 
 def client_for(cluster: Any, node_id: int = 1) -> RawKafkaClient:
@@ -69,7 +70,9 @@ def list_transactions(
 
 
 def latest_offset(cluster: Any, topic: str, partition: int, isolation_level: int) -> int:
-    req = latest_offsets_request(topic, partition, isolation_level, timeout_ms=30000)
+    """ListOffsets v10, or the highest version an older broker has."""
+    version = _highest(cluster, LIST_OFFSETS, 10)
+    req = latest_offsets_request(topic, partition, isolation_level, 30000, version)
     with client_for(cluster) as client:
         resp = client.request(req)
     part = resp.topics[0].partitions[0]
@@ -77,8 +80,25 @@ def latest_offset(cluster: Any, topic: str, partition: int, isolation_level: int
     return int(part.offset)
 
 
+FIRST_FETCH_BY_TOPIC_ID = 13
+"""Fetch names topics by id from v13 (Kafka 3.1); before, by name."""
+
+
+def offers(cluster: Any, api_key: int) -> bool:
+    """Whether the broker (or simulator) lists `api_key` in its ApiVersions answer."""
+    with client_for(cluster) as client:
+        return api_key in client.negotiate()
+
+
+def _highest(cluster: Any, api_key: int, preferred: int) -> int:
+    with client_for(cluster) as client:
+        return min(preferred, client.negotiate()[api_key][1])
+
+
 def topic_id(cluster: Any, topic: str) -> uuid.UUID:
-    req = MetadataRequest[12](
+    """The topic's id from Metadata v12, or the highest version the broker has (ids from v10,
+    Kafka 2.8)."""
+    req = MetadataRequest[_highest(cluster, MetadataRequest.API_KEY, 12)](
         topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
     )
     with client_for(cluster) as client:
@@ -86,10 +106,14 @@ def topic_id(cluster: Any, topic: str) -> uuid.UUID:
     return uuid.UUID(str(resp.topics[0].topic_id))
 
 
-def fetch_from_start_request(topic_uuid: uuid.UUID, partition: int) -> Any:
-    """Fetch v17 of a partition from offset 0 (READ_UNCOMMITTED, up to 1 MiB), as capture 26."""
+def fetch_from_start_request(
+    topic_uuid: uuid.UUID | None, partition: int, version: int = 17, topic: str = ""
+) -> Any:
+    """Fetch v17 of a partition from offset 0 (READ_UNCOMMITTED, up to 1 MiB), as capture 26;
+    a lower `version` for an older broker (before v13 the topic goes by name)."""
     part_cls = FetchRequest.FetchTopic.FetchPartition
-    return FetchRequest[17](
+    by = {"topic_id": topic_uuid} if version >= FIRST_FETCH_BY_TOPIC_ID else {"topic": topic}
+    return FetchRequest[version](
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
@@ -99,7 +123,7 @@ def fetch_from_start_request(topic_uuid: uuid.UUID, partition: int) -> Any:
         session_epoch=-1,
         topics=[
             FetchRequest.FetchTopic(
-                topic_id=topic_uuid,
+                **by,
                 partitions=[
                     part_cls(
                         partition=partition,
@@ -131,7 +155,9 @@ def control_batch_timestamp(fetch_response: Any, control_type: str) -> int | Non
 
 def fetch_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, Any]]:
     """Every record batch of the partition (READ_UNCOMMITTED), decoded."""
-    req = fetch_from_start_request(topic_id(cluster, topic), partition)
+    version = _highest(cluster, FetchRequest.API_KEY, 17)
+    ident = topic_id(cluster, topic) if version >= FIRST_FETCH_BY_TOPIC_ID else None
+    req = fetch_from_start_request(ident, partition, version, topic)
     with client_for(cluster) as client:
         resp = client.request(req)
     part = resp.responses[0].partitions[0]
@@ -141,6 +167,26 @@ def fetch_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, An
 
 def control_batches(cluster: Any, topic: str, partition: int) -> list[dict[str, Any]]:
     return [b for b in fetch_batches(cluster, topic, partition) if b["is_control"]]
+
+
+def stable(cluster: Any, topic: str, partition: int) -> bool:
+    """No transaction open on the partition and every marker written: the last stable offset
+    has reached the high watermark."""
+    committed = latest_offset(cluster, topic, partition, READ_COMMITTED)
+    return committed == latest_offset(cluster, topic, partition, READ_UNCOMMITTED)
+
+
+DESCRIBE_TRANSACTIONS = 65
+
+
+def marker_written(cluster: Any, topic: str, partition: int, producer_id: int) -> bool:
+    """The partition holds a control batch (COMMIT or ABORT marker) of `producer_id`: how a
+    replay sees a transaction completed where the broker has no DescribeTransactions (before
+    Kafka 3.0)."""
+    return any(
+        b["is_control"] and int(b["producer_id"]) == producer_id
+        for b in fetch_batches(cluster, topic, partition)
+    )
 
 
 def wait_until(probe: Callable[[], T], accept: Callable[[T], bool], timeout_s: float = 5.0) -> T:

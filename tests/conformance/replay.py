@@ -22,6 +22,7 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka_sim.client import (
     ConnectionClosedError,
     KafkaProtocolError,
@@ -39,7 +40,16 @@ from kafka_sim.producer import (
 from simhelpers import CAPTURE_BROKER_CONFIG
 
 from .harness import Capture, load_captures
-from .probes import control_batch_timestamp, fetch_from_start_request, topic_id
+from .probes import (
+    DESCRIBE_TRANSACTIONS,
+    control_batch_timestamp,
+    fetch_batches,
+    fetch_from_start_request,
+    marker_written,
+    offers,
+    topic_id,
+    wait_until,
+)
 
 TOPICS = {"txn-open": 3, "txn-committed": 1, "hang-test": 3}
 BROKER_CONFIG = CAPTURE_BROKER_CONFIG
@@ -50,6 +60,8 @@ FINAL_AFTER_OPEN_START_MS = 80000
 SWEEP_WAIT_SECONDS = 5.0
 COORDINATOR_LOAD_IN_PROGRESS = 14
 CLOSE_WAIT_SECONDS = 3.0
+LIVE_WAIT_SECONDS = 60.0
+"""Bound on waiting for a real broker's own state (a coordinator loaded, a marker written)."""
 
 # Record keys and values as in the capture's decoded record batches (26, 33, 35, 49), so batch
 # lengths match byte for byte. txn-open-1's record is not in any Fetch capture: "k3"/"open-txn-3".
@@ -204,9 +216,28 @@ class Replay:
             )
         return resp.transaction_states[0]
 
-    def wait_for_state(self, transactional_id: str, state: str) -> None:
-        """Let the simulator's periodic sweep (real time ticks) act after a clock advance."""
+    def wait_for_state(
+        self,
+        transactional_id: str,
+        state: str,
+        marker: tuple[str, int, TransactionResult | None] | None = None,
+    ) -> None:
+        """Let the simulator's periodic sweep (real time ticks) act after a clock advance. A
+        broker without DescribeTransactions (before 3.0) is asked for the transaction's
+        `marker` instead: (topic, partition, producer) holds its control batch."""
         deadline = time.monotonic() + SWEEP_WAIT_SECONDS
+        if marker is not None and not offers(self.cluster, DESCRIBE_TRANSACTIONS):
+            topic, partition, txn = marker
+            if txn is None:
+                raise RuntimeError(f"{transactional_id} was not made")
+            done = wait_until(
+                lambda: marker_written(self.cluster, topic, partition, txn.producer_id),
+                bool,
+                LIVE_WAIT_SECONDS,
+            )
+            if not done:
+                raise RuntimeError(f"no marker of {transactional_id} on {topic}-{partition}")
+            return
         while time.monotonic() < deadline:
             if self.describe_transaction(transactional_id).transaction_state == state:
                 return
@@ -305,7 +336,9 @@ class Replay:
             )
             # The coordinator writes the COMMIT markers after EndTxn has answered: a live 3.9
             # broker still says PrepareCommit for a moment (the simulator completes at once).
-            self.wait_for_state("tx-committed-1", "CompleteCommit")
+            self.wait_for_state(
+                "tx-committed-1", "CompleteCommit", ("txn-committed", 0, f.committed)
+            )
             f.committed_window = Window(lo, self.now_ms())
 
         self.step("tx-committed-1 (pid 1) commits 2 records to txn-committed-0", committed)
@@ -378,7 +411,7 @@ class Replay:
         def timeout_after() -> None:
             lo = self.now_ms()
             self.cluster.clock.advance(timeout_advance_ms)
-            self.wait_for_state("tx-timeout-1", "CompleteAbort")
+            self.wait_for_state("tx-timeout-1", "CompleteAbort", ("txn-open", 2, f.timeout_txn))
             f.timeout_abort_window = Window(lo, self.now_ms())
 
         self.step("advance the clock (tx-timeout-1 times out)", timeout_after)
@@ -429,18 +462,51 @@ class Replay:
             self.facts.find_coordinator_attempts += 1
             self.send(file)
             resp = self.decoded(file)
+            if resp is None and self.exchanges[file].closed:
+                self._single_key_lookup_until_ok(time.monotonic() + LIVE_WAIT_SECONDS)
+                return
             ok = resp is not None and all(c.error_code == 0 for c in resp.coordinators)
             if ok or time.monotonic() > deadline:
                 return
             time.sleep(0.05)
 
+    def _single_key_lookup_until_ok(self, deadline: float) -> None:
+        """A release without the batched lookup (FindCoordinator v4, Kafka 3.0) closed 08 and
+        09 unanswered: the one-key lookup a client of that release sends creates
+        __transaction_state and is repeated until the coordinator answers, so the captured
+        lookups (10-13) find it loaded (a ZooKeeper-mode broker takes seconds to load it)."""
+        version = min(3, self._highest(FindCoordinatorRequest.API_KEY))
+        while True:
+            with RawKafkaClient(self.host, self.port) as client:
+                resp = client.request(
+                    FindCoordinatorRequest[version](key="tx-open-1", key_type=1)
+                )
+            if resp.error_code == 0 or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+    def _highest(self, api_key: int) -> int:
+        with RawKafkaClient(self.host, self.port) as client:
+            return client.negotiate()[api_key][1]
+
     def _commit_marker(self) -> None:
         file = "26-committed-fetch-txn-committed-0-read-uncommitted.json"
-        self.facts.commit_marker_ts = self.marker_timestamp(file, "txn-committed-0", "COMMIT")
+        self.facts.commit_marker_ts = self._marker_ts(file, "txn-committed", 0, "COMMIT")
 
     def _timeout_marker(self) -> None:
         file = "49-timeout-after-fetch-txn-open-2-read-uncommitted.json"
-        self.facts.timeout_abort_marker_ts = self.marker_timestamp(file, "txn-open-2", "ABORT")
+        self.facts.timeout_abort_marker_ts = self._marker_ts(file, "txn-open", 2, "ABORT")
+
+    def _marker_ts(self, file: str, topic: str, partition: int, control_type: str) -> int | None:
+        """The marker's timestamp from the captured Fetch's answer; where the release closed
+        that Fetch (topic ids in Fetch from v13, Kafka 3.1), from a Fetch at its own version."""
+        if self.decoded(file) is not None or not self.exchanges[file].closed:
+            return self.marker_timestamp(file, f"{topic}-{partition}", control_type)
+        for batch in fetch_batches(self.cluster, topic, partition):
+            for rec in batch["records"]:
+                if rec.get("control", {}).get("type") == control_type:
+                    return int(batch["max_timestamp"])
+        return None
 
     def _open_marker(self) -> None:
         for partition in (0, 1):

@@ -34,7 +34,14 @@ from kafka_sim.producer import (
 from simhelpers import CAPTURE_BROKER_CONFIG
 
 from .harness import GROUPS_DATA_DIR, Capture, load_captures
-from .probes import control_batches, describe_transaction, wait_until
+from .probes import (
+    DESCRIBE_TRANSACTIONS,
+    control_batches,
+    describe_transaction,
+    marker_written,
+    offers,
+    wait_until,
+)
 
 TOPIC = "grp-test"
 COMPACTED = "grp-compacted"
@@ -103,7 +110,7 @@ class GroupsReplay:
             f.first_txn = committed_transaction(
                 b, "grp-commit-1", TOPIC, {0: 5}, now_ms=self.now_ms
             )
-            self._until_complete("grp-commit-1")
+            self._until_complete("grp-commit-1", f.first_txn)
 
         def hang() -> None:
             made_at_ms = self.now_ms()
@@ -116,7 +123,7 @@ class GroupsReplay:
             f.second_txn = committed_transaction(
                 b, "grp-commit-2", TOPIC, {0: 3}, now_ms=self.now_ms
             )
-            self._until_complete("grp-commit-2")
+            self._until_complete("grp-commit-2", f.second_txn)
 
         def groups() -> None:
             for group, isolation in (("grp-rc", READ_COMMITTED), ("grp-ru", READ_UNCOMMITTED)):
@@ -144,9 +151,17 @@ class GroupsReplay:
                 self._send(file, cap)
         self._close()
 
-    def _until_complete(self, transactional_id: str) -> None:
+    def _until_complete(self, transactional_id: str, txn: TransactionResult | None) -> None:
         """A real broker writes the COMMIT marker after EndTxn has answered: wait for it, so the
-        next producer's batch lands after the marker (offset 6), as in the capture."""
+        next producer's batch lands after the marker (offset 6), as in the capture. Before 3.0
+        (no DescribeTransactions) the marker itself is looked for in the partition."""
+        if txn is not None and not offers(self.cluster, DESCRIBE_TRANSACTIONS):
+            written = wait_until(
+                lambda: marker_written(self.cluster, TOPIC, 0, txn.producer_id), bool, 60.0
+            )
+            if not written:
+                raise RuntimeError(f"no COMMIT marker of {transactional_id} on {TOPIC}-0")
+            return
         wait_until(
             lambda: describe_transaction(self.cluster, transactional_id).transaction_state,
             lambda state: state == "CompleteCommit",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from kafka_sim.client import KafkaProtocolError
-from kafka_sim.producer import idempotent_producer_write
+from kafka_sim.producer import (
+    HANGING_PRODUCE_VERSIONS,
+    ProducedBatch,
+    RawProducer,
+    idempotent_producer_write,
+)
 from kafka_sim.realkafka import RealKafkaCluster
 from waits import wait_for
 
@@ -100,6 +106,49 @@ def create_topic(
 
 
 @dataclass(frozen=True)
+class StalledWrite:
+    """A transaction whose first batch is old and whose producer still writes to it now."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    first: ProducedBatch
+    second: ProducedBatch
+
+    @property
+    def start_offset(self) -> int:
+        return self.first.base_offset
+
+
+def hanging_transaction_with_fresh_write(
+    bootstrap: str, transactional_id: str, topic: str, partition: int, backdate_ms: int
+) -> StalledWrite:
+    """Like `hanging_transaction`, then one more transactional batch of the same transaction
+    stamped now: same producer id and epoch, sequence continuing, partition still never added
+    to the transaction. The partition's LastTimestamp for the producer becomes now, so Kafka's
+    tools, which age a transaction by it, see a fresh one (docs/kafka-semantics.md
+    #late-transactions)."""
+    producer = RawProducer(bootstrap, transactional_id, transaction_timeout_ms=10000)
+    try:
+        producer.init_producer_id()
+        old = int(time.time() * 1000) - backdate_ms
+        first = producer.produce(
+            topic, partition, [(b"k0", b"old", old)], transactional=True,
+            versions=HANGING_PRODUCE_VERSIONS,
+        )  # fmt: skip
+        second = producer.produce(
+            topic, partition, [(b"k1", b"fresh", None)], transactional=True,
+            versions=HANGING_PRODUCE_VERSIONS,
+        )  # fmt: skip
+        return StalledWrite(
+            topic, partition, producer.producer_id, producer.producer_epoch, first, second
+        )
+    finally:
+        producer.close()
+
+
+@dataclass(frozen=True)
 class HangingRow:
     """One line of `kafka-transactions.sh find-hanging`."""
 
@@ -138,6 +187,21 @@ def find_hanging(cluster: RealKafkaCluster, broker_id: int = 1) -> list[HangingR
             )
         )
     return rows
+
+
+def describe_producers_tool(
+    cluster: RealKafkaCluster, topic: str, partition: int
+) -> list[dict[str, int]]:
+    """Kafka's own `kafka-transactions.sh describe-producers` (3.0+), one dict per producer keyed
+    by the tool's column names (ProducerId, LastTimestamp, CurrentTransactionStartOffset...)."""
+    result = cluster.tool(
+        TRANSACTIONS_COMMAND, "--bootstrap-server", cluster.bootstrap,
+        "describe-producers", "--topic", topic, "--partition", str(partition),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.split() for line in result.stdout.splitlines() if line.strip()]
+    header, rows = lines[0], lines[1:]
+    return [{name: int(value) for name, value in zip(header, row, strict=True)} for row in rows]
 
 
 def jmx_late_transactions(cluster: RealKafkaCluster, broker_id: int = 1) -> int:

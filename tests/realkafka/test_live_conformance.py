@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 from conformance.harness import GROUPS_DATA_DIR, exchange_files
 from conformance.live import (
+    EXPORTER_REQUESTS,
     LIVE_BROKER_CONFIG,
     LIVE_NORMALISATIONS,
     LIVE_TOPICS,
@@ -105,14 +106,6 @@ def test_simulator_answers_like_the_real_broker(live: Live, file: str) -> None:
     )
 
 
-EXPORTER_REQUESTS = [
-    "Metadata", "DescribeCluster", "DescribeProducers", "ListTransactions",
-    "DescribeTransactions", "FindCoordinator transactions", "FindCoordinator groups",
-    "DescribeConfigs broker", "DescribeConfigs topics", "ListGroups", "OffsetFetch",
-    "ListOffsets read_uncommitted", "ListOffsets read_committed", "Fetch",
-]  # fmt: skip
-
-
 @pytest.mark.parametrize("name", EXPORTER_REQUESTS)
 def test_the_exporters_own_requests_are_answered_alike(live: Live, name: str) -> None:
     """Every API the exporter sends, built by its own code at the version it negotiates with
@@ -145,5 +138,6 @@ def test_every_rule_is_a_listed_normalisation(live: Live) -> None:
     }
     used |= {r.name for r in live_rules(live.real, live.sim, 32, "07", "4.4")}
     used |= {r.name for r in live_rules(live.real, live.sim, 15)}
+    used |= {r.name for r in live_rules(live.real, live.sim, 3, "", "2.8")}  # ZooKeeper mode
     used.add("L7 record batch crc")  # inside L8: the decoded batches' own rules
     assert used == listed

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +35,8 @@ import pytest
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka_sim.producer import (
-    HANGING_PRODUCE_VERSIONS,
     OpenTransaction,
     ProducedBatch,
-    RawProducer,
     aborted_transaction,
     committed_transaction,
     hanging_transaction,
@@ -57,6 +54,7 @@ from realhelpers import (
     HangingRow,
     create_topic,
     find_hanging,
+    hanging_transaction_with_fresh_write,
     poll_env,
     unique,
 )
@@ -125,27 +123,14 @@ class Scene:
 def _hanging_with_fresh_write(
     bootstrap: str, transactional_id: str, topic: str, partition: int, backdate_ms: int
 ) -> Txn:
-    """Like `hanging_transaction`, then one more transactional batch of the same transaction
-    stamped now: same producer id and epoch, sequence continuing, partition still never added
-    to the transaction. The partition's LastTimestamp for the producer becomes now."""
-    producer = RawProducer(bootstrap, transactional_id, transaction_timeout_ms=10000)
-    try:
-        producer.init_producer_id()
-        old = int(time.time() * 1000) - backdate_ms
-        first = producer.produce(
-            topic, partition, [(b"k0", b"old", old)], transactional=True,
-            versions=HANGING_PRODUCE_VERSIONS,
-        )  # fmt: skip
-        second = producer.produce(
-            topic, partition, [(b"k1", b"fresh", None)], transactional=True,
-            versions=HANGING_PRODUCE_VERSIONS,
-        )  # fmt: skip
-        return Txn(
-            topic, partition, producer.producer_id, producer.producer_epoch, first.base_offset,
-            (first, second),
-        )  # fmt: skip
-    finally:
-        producer.close()
+    """realhelpers.hanging_transaction_with_fresh_write, as a Txn of the scene."""
+    w = hanging_transaction_with_fresh_write(
+        bootstrap, transactional_id, topic, partition, backdate_ms
+    )
+    return Txn(
+        w.topic, w.partition, w.producer_id, w.producer_epoch, w.start_offset,
+        (w.first, w.second),
+    )  # fmt: skip
 
 
 def _jmx_gauges(

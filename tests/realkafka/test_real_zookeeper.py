@@ -3,16 +3,21 @@ kafka-zk-versions: 2.8, 3.0, 3.5 and 3.6, the first with partition verification)
 per version, one broker start per version, one scene recorded once and judged by the tests
 below (the whole KRaft matrix does not run here, to keep the suite's time in check).
 
-The scene: a late hanging transaction with committed records after it, a young hanging one
-(orphaned where the coordinator can be asked, from 3.0), an ordinary open transaction its
-coordinator tracks, a committed one and an idempotent write, and a read_committed consumer group
-stopped at the late transaction's start offset. Then `scan`, the status page, `/metrics`, and the
+The scene: a late hanging transaction with committed records after it, a stalled one (its
+first batch as old, its producer still writing to it now), a young hanging one (orphaned where
+the coordinator can be asked, from 3.0), an ordinary open transaction its coordinator tracks, a
+committed one and an idempotent write, and a read_committed consumer group stopped at the late
+transaction's start offset. Then `scan`, the status page, `/metrics`, and the
 project's own `abort` on the late hanging transaction.
 
 The oracle is Kafka itself, from the same jars: `kafka-transactions.sh find-hanging` from 3.0
 (the tool first ships there); on 2.8, which has neither that tool nor ListTransactions, the
 log itself (`kafka-dump-log.sh`: the transactional batch at the start offset, no control batch
 after it) and the broker's ListOffsets (read_committed = the LSO, pinned at the start offset).
+For the stalled transaction, which find-hanging cannot see (it ages a transaction by its
+producer's last write), the log and ListOffsets on every release, and from 3.0
+`kafka-transactions.sh describe-producers` (the open transaction's start offset, the fresh
+LastTimestamp).
 What a release cannot answer must be absent with its reason, never 0
 (docs/compatibility.md#which-metric-works-on-which-kafka-version).
 """
@@ -44,9 +49,12 @@ from realhelpers import (
     LATE_BACKDATE_MS,
     REPO,
     HangingRow,
+    StalledWrite,
     cluster_settings,
     create_topic,
+    describe_producers_tool,
     find_hanging,
+    hanging_transaction_with_fresh_write,
     poll_env,
     unique,
 )
@@ -59,6 +67,7 @@ from exporter.model import (
     ClusterSnapshot,
     LateTransaction,
     PartitionVerification,
+    StartTimeSource,
     TopicPartition,
 )
 from exporter.scan import run_scan
@@ -74,6 +83,7 @@ class ZkScene:
     late: tuple[str, int, int, int]
     """topic, producer id, epoch, start offset (partition 0)."""
     young: tuple[str, int, int, int]
+    stalled: StalledWrite
     healthy_topic: str
     healthy_open: tuple[int, int]
     """producer id, start offset on partition 0 of the healthy topic."""
@@ -85,6 +95,11 @@ class ZkScene:
     status_page: str = ""
     find_hanging: list[HangingRow] | None = None
     dump_log: str = ""
+    stalled_dump_log: str = ""
+    stalled_producers: list[dict[str, int]] | None = None
+    """`kafka-transactions.sh describe-producers` of the stalled partition (3.0+)."""
+    stalled_offsets: tuple[int, int] = (-1, -1)
+    """(LSO, high watermark) of the stalled partition."""
     lso_before: int = -1
     high_watermark_before: int = -1
     abort: subprocess.CompletedProcess[str] | None = None
@@ -115,6 +130,25 @@ def _offsets(bootstrap: str, topic: str) -> tuple[int, int]:
     return found[0], found[1]
 
 
+def _dump_logs(cluster: RealKafkaCluster, topics: list[str]) -> dict[str, str]:
+    """`kafka-dump-log.sh --deep-iteration` of partition 0's first segment of each topic, in one
+    run of the tool: its output per topic."""
+    segments = [cluster.log_dir() / f"{t}-0" / "00000000000000000000.log" for t in topics]
+    dumped = cluster.tool(
+        DUMP_LOG, "--files", ",".join(str(s) for s in segments), "--deep-iteration"
+    )
+    assert dumped.returncode == 0, dumped.stdout + dumped.stderr
+    out: dict[str, str] = {}
+    current = ""
+    for line in dumped.stdout.splitlines():
+        if line.startswith("Dumping "):
+            current = next(t for t in topics if f"/{t}-0/" in line)
+        if current:
+            out[current] = out.get(current, "") + line + "\n"
+    assert sorted(out) == sorted(topics), dumped.stdout
+    return out
+
+
 def _abort(config: Path, topic: str, start_offset: int) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "simulator")])
@@ -137,6 +171,7 @@ def zk_scene(
     bootstrap = cluster.bootstrap
     late_topic = create_topic(cluster, unique("zk-late"))
     young_topic = create_topic(cluster, unique("zk-young"))
+    stalled_topic = create_topic(cluster, unique("zk-stalled"))
     healthy_topic = create_topic(cluster, unique("zk-healthy"), partitions=3)
 
     pid, epoch, start = hanging_transaction(
@@ -145,6 +180,9 @@ def zk_scene(
     committed_transaction(bootstrap, unique("zk-after-late"), late_topic, [0], records=2)
     young_pid, young_epoch, young_start = hanging_transaction(
         bootstrap, unique("zk-young-txn"), young_topic, 0
+    )
+    stalled = hanging_transaction_with_fresh_write(
+        bootstrap, unique("zk-stalled-txn"), stalled_topic, 0, LATE_BACKDATE_MS
     )
     healthy: OpenTransaction = open_transaction(
         bootstrap, unique("zk-open"), healthy_topic, [0], transaction_timeout_ms=300_000
@@ -159,6 +197,7 @@ def zk_scene(
         version=cluster.install.major_minor,
         late=(late_topic, pid, epoch, start),
         young=(young_topic, young_pid, young_epoch, young_start),
+        stalled=stalled,
         healthy_topic=healthy_topic,
         healthy_open=(healthy.producer_id, batch.base_offset),
         blocked_group=group,
@@ -178,13 +217,16 @@ def zk_scene(
         )
         scene.scan_json = json.loads(out.getvalue())
         scene.lso_before, scene.high_watermark_before = _offsets(bootstrap, late_topic)
+        scene.stalled_offsets = _offsets(bootstrap, stalled_topic)
+        dumps = [stalled_topic]
         if scene.has_transactions_api:
             scene.find_hanging = find_hanging(cluster)
+            scene.stalled_producers = describe_producers_tool(cluster, stalled_topic, 0)
         else:
-            segment = cluster.log_dir() / f"{late_topic}-0" / "00000000000000000000.log"
-            dumped = cluster.tool(DUMP_LOG, "--files", str(segment), "--deep-iteration")
-            assert dumped.returncode == 0, dumped.stdout + dumped.stderr
-            scene.dump_log = dumped.stdout
+            dumps.append(late_topic)
+        dumped = _dump_logs(cluster, dumps)
+        scene.stalled_dump_log = dumped[stalled_topic]
+        scene.dump_log = dumped.get(late_topic, "")
 
         config = tmp_path_factory.mktemp("zk-abort") / "config.yaml"
         config.write_text(
@@ -250,6 +292,56 @@ def test_the_late_hanging_transaction_is_what_kafka_itself_shows(zk_scene: ZkSce
         assert "isTransactional: true" in mine[0] and "isControl: false" in mine[0]
 
 
+def test_a_stalled_transaction_whose_producer_keeps_writing_is_late_from_its_first_batch(
+    zk_scene: ZkScene,
+) -> None:
+    """Open since an old first batch, its producer still writing to it now: Kafka's own aging
+    (the producer's LastTimestamp: find-hanging, the late-transactions gauge) calls it fresh;
+    the exporter ages it from the batch at its start offset."""
+    stalled = zk_scene.stalled
+    first, second = stalled.first, stalled.second
+    assert second.base_sequence == first.base_sequence + 1
+    assert first.max_timestamp_ms <= second.max_timestamp_ms - LATE_BACKDATE_MS
+    expected = Classification.HANGING if zk_scene.has_transactions_api else Classification.UNKNOWN
+    for _, snapshot in zk_scene.polls:
+        (late,) = _late_on(snapshot, stalled.topic)
+        txn = late.transaction
+        assert (txn.partition, txn.producer_id, txn.producer_epoch) == (
+            stalled.partition, stalled.producer_id, stalled.producer_epoch,
+        )  # fmt: skip
+        assert txn.current_txn_start_offset == stalled.start_offset
+        assert txn.start_time_source is StartTimeSource.BATCH_TIMESTAMP
+        assert txn.start_time_ms == first.max_timestamp_ms
+        assert txn.last_timestamp_ms == second.max_timestamp_ms
+        assert late.age_seconds >= LATE_BACKDATE_MS / 1000
+        assert late.classification is expected
+    assert _series(
+        zk_scene, "kafka_late_transaction_age_seconds", topic=stalled.topic,
+        classification=expected.value,
+    )  # fmt: skip
+    # Kafka's view: the LSO pinned at the first batch, both batches behind it.
+    assert zk_scene.stalled_offsets == (stalled.start_offset, stalled.start_offset + 2)
+    # The log: the producer's two transactional batches, stamped old and now, no marker.
+    batches = [b for b in zk_scene.stalled_dump_log.splitlines() if b.startswith("baseOffset:")]
+    assert len(batches) == 2, zk_scene.stalled_dump_log
+    for line, batch in zip(batches, (first, second), strict=True):
+        assert f"baseOffset: {batch.base_offset} " in line
+        assert f"producerId: {stalled.producer_id} " in line
+        assert "isTransactional: true" in line and "isControl: false" in line
+        assert f"CreateTime: {batch.max_timestamp_ms} " in line
+    if zk_scene.has_transactions_api:
+        # find-hanging ages by the producer's last write, which is fresh: it misses it.
+        assert zk_scene.find_hanging is not None
+        assert [r for r in zk_scene.find_hanging if r.topic == stalled.topic] == []
+        # describe-producers: the transaction open from the first batch, last written now.
+        assert zk_scene.stalled_producers is not None
+        (producer,) = [
+            p for p in zk_scene.stalled_producers if p["ProducerId"] == stalled.producer_id
+        ]
+        assert producer["CurrentTransactionStartOffset"] == stalled.start_offset
+        assert producer["LastTimestamp"] == second.max_timestamp_ms
+
+
 def test_a_young_hanging_transaction_is_orphaned_only_where_the_coordinator_can_be_asked(
     zk_scene: ZkScene,
 ) -> None:
@@ -281,10 +373,11 @@ def test_healthy_producers_are_open_or_nothing_never_late(zk_scene: ZkScene) -> 
         assert [o for o in snapshot.orphaned_transactions
                 if o.transaction.topic == zk_scene.healthy_topic] == []  # fmt: skip
     (broker,) = zk_scene.last[1].brokers
-    # Three partitions hold an open transaction: late, young and the ordinary one.
-    assert _series(zk_scene, "kafka_partitions_with_open_transactions", broker="1") == [3.0]
-    assert _series(zk_scene, "kafka_partitions_with_late_transactions", broker="1") == [1.0]
-    assert broker.partitions_with_open_transactions == 3
+    # Four partitions hold an open transaction: late, stalled, young and the ordinary one; the
+    # late and the stalled one are late.
+    assert _series(zk_scene, "kafka_partitions_with_open_transactions", broker="1") == [4.0]
+    assert _series(zk_scene, "kafka_partitions_with_late_transactions", broker="1") == [2.0]
+    assert broker.partitions_with_open_transactions == 4
 
 
 # ----------------------------------------------------------------------- blocked consumer groups
@@ -308,7 +401,7 @@ def test_blocked_groups_are_found_from_3_0_and_unknown_with_their_reason_before(
         assert _series(
             zk_scene, "kafka_txn_exporter_blocked_consumer_groups_unknown",
             reason="unsupported_api",
-        ) == [1.0]  # the late one (the young one is neither late nor orphaned)  # fmt: skip
+        ) == [2.0]  # the late and the stalled one (the young one is neither late nor orphaned)
 
 
 # ---------------------------------------------------------------------------------- exposure
@@ -345,7 +438,7 @@ def test_what_the_version_cannot_serve_is_absent_with_its_reason(zk_scene: ZkSce
     hanging = _series(zk_scene, "kafka_partitions_with_hanging_transactions", broker="1")
     if zk_scene.has_transactions_api:
         assert snapshot.transaction_states is not None and states
-        assert hanging == [1.0]
+        assert hanging == [2.0]  # the late and the stalled one
         assert snapshot.unclassified_by_reason == {}
         assert _series(zk_scene, "kafka_txn_exporter_unclassified_transactions") == []
         return
@@ -353,18 +446,19 @@ def test_what_the_version_cannot_serve_is_absent_with_its_reason(zk_scene: ZkSce
     assert snapshot.transaction_states is None and states == []
     assert broker.partitions_with_hanging_transactions is None and hanging == []
     assert broker.partitions_with_orphaned_transactions is None
-    # The late transaction is there, classified unknown (not hanging), with the groups it
-    # blocks unknown for the reason counted.
-    assert _series(
-        zk_scene, "kafka_late_transaction_age_seconds", topic=zk_scene.late[0],
-        classification="unknown", transactional_id="",
-    )  # fmt: skip
-    assert snapshot.blocked_groups_unknown_by_reason == {"unsupported_api": 1}
+    # The late transactions are there (the late and the stalled one), classified unknown (not
+    # hanging), with the groups they block unknown for the reason counted.
+    for topic in (zk_scene.late[0], zk_scene.stalled.topic):
+        assert _series(
+            zk_scene, "kafka_late_transaction_age_seconds", topic=topic,
+            classification="unknown", transactional_id="",
+        )  # fmt: skip
+    assert snapshot.blocked_groups_unknown_by_reason == {"unsupported_api": 2}
     # Why hanging and orphaned are unknown is counted.
-    assert snapshot.unclassified_by_reason == {"unsupported_api": 1}
+    assert snapshot.unclassified_by_reason == {"unsupported_api": 2}
     assert _series(
         zk_scene, "kafka_txn_exporter_unclassified_transactions", reason="unsupported_api"
-    ) == [1.0]  # fmt: skip
+    ) == [2.0]  # fmt: skip
     # The status page shows the unknown counts as unknown and says why, so does scan.
     row = zk_scene.status_page.split('data-broker="1"', 1)[1].split("</tr>", 1)[0]
     assert row.count(">?</td>") == 2, row  # hanging and orphaned
@@ -423,8 +517,8 @@ def test_abort_ends_the_late_hanging_transaction_or_refuses_what_it_cannot_confi
 # ------------------------------------------------------------- the simulator's old profiles
 
 
-SIM_PROFILE = {(2, 8): "2.8", (3, 0): "3.0"}
-"""The simulator's release profiles these brokers judge (3.5 and 3.6 have none)."""
+SIM_PROFILE = {(2, 8): "2.8", (3, 0): "3.0", (3, 5): "3.5", (3, 6): "3.6"}
+"""The simulator's release profiles these brokers judge."""
 TRANSACTION_APIS = {
     22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers",
     61: "DescribeProducers", 65: "DescribeTransactions", 66: "ListTransactions",
