@@ -50,7 +50,7 @@ def _noop() -> None:
 
 _JOB_ID_PREFIX = "poll:"
 
-AFTER_POLL_THREADS = 4
+AFTER_POLL_THREADS = 2
 """Threads that analyze and publish finished polls. Analysis holds the interpreter, so more
 would not run faster; a few keep one slow history write from holding up the rest."""
 

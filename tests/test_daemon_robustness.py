@@ -43,6 +43,8 @@ from exporter.settings import ClusterSettings, TlsSettings, WebSettings
 from exporter.snapshots import SnapshotStore
 from exporter.webconfig import parse_web_config_file
 
+pytestmark = pytest.mark.usefixtures("reset_logging")  # tests/conftest.py
+
 PASSPHRASE = "correct horse battery staple"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from exporter_factories import broker, in_thread, late, observation, open_txn, orphaned, snapshot
 from prometheus_client.registry import CollectorRegistry
 
@@ -18,6 +19,8 @@ from exporter.model import Classification, ClusterSnapshot
 from exporter.scheduler import ClusterJob, PollScheduler, summarize
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
+
+pytestmark = pytest.mark.usefixtures("reset_logging")  # tests/conftest.py
 
 
 def _incident() -> ClusterSnapshot:

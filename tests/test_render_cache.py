@@ -259,7 +259,7 @@ def test_publish_prerenders_the_formats_scraped_before(store: SnapshotStore) -> 
     registry = ExporterRegistry()
     registry.register(collector)
     cache = SnapshotRenderCache()
-    store.on_change(lambda: cache.warm(registry))
+    store.on_change(lambda cluster: cache.warm(registry, cluster))
     app = make_metrics_app(registry, cache)
     store.publish(late_snapshot(400_000))
     assert collector.collects == 0  # nobody scraped yet: nothing rendered for nothing
@@ -328,7 +328,7 @@ def test_a_publish_renders_only_its_cluster_and_only_formats_asked_since(
     from exporter.expose.render_cache import SnapshotRenderCache
 
     cache = SnapshotRenderCache()
-    three.on_change(lambda: cache.warm(registry))
+    three.on_change(lambda cluster: cache.warm(registry, cluster))
     app = make_metrics_app(registry, cache)
     for name in "abc":
         publish_late(three, name, 400_000)

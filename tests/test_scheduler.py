@@ -10,6 +10,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from exporter_factories import broker, in_thread, observation, snapshot
 
 from exporter.analyze import analyze
@@ -25,6 +26,8 @@ from exporter.scheduler import (
 )
 from exporter.settings import ClusterSettings, WebSettings
 from exporter.snapshots import SnapshotStore
+
+pytestmark = pytest.mark.usefixtures("reset_logging")  # tests/conftest.py
 
 
 def settings(name: str = "c1", interval: float = 0.05) -> ClusterSettings:

@@ -117,6 +117,10 @@ class SnapshotCollector(Collector):
         """What `collect()` would render now: a new object after every publish or failure."""
         return self._store.states()
 
+    def published_state(self, cluster: str) -> ClusterState | None:
+        """One cluster's part of `published_states()`, without reading the others."""
+        return self._store.state(cluster)
+
     def describe(self) -> Iterable[Metric]:
         """Declared so registering never triggers a collect."""
         return list(_Families(self._store.states()).families.values())

@@ -65,7 +65,7 @@ def make_app(
     command lines. HEAD is answered as GET (the server sends the head only).
     """
     render_cache = SnapshotRenderCache()
-    store.on_change(lambda: render_cache.warm(registry))
+    store.on_change(lambda cluster: render_cache.warm(registry, cluster))
     metrics_app = SingleFlight(make_metrics_app(registry, render_cache))
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:

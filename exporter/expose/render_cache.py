@@ -295,13 +295,20 @@ class SnapshotRenderCache:
         states = collector.published_states()
         sources: list[tuple[str, object]] = [(_GLOBAL, collector)]
         sources += [(name, state) for name, state in states.items()]
+        # One hold of the lock for every cluster's cached part: with thousands of clusters, a
+        # hold per cluster queued this scrape behind every publish's.
         with self._lock:
             for name, _ in sources[1:]:
                 wanted = self._wanted.setdefault(name, {})
                 was_gz = wanted.get(content_type, (encoder, False))[1]
                 _remember(wanted, content_type, (encoder, gz or was_gz))
-        rendered = [self._rendered(collector, name, source, encoder, content_type)
-                    for name, source in sources]
+            cached = [self._cached(collector, name, source, content_type)
+                      for name, source in sources]
+        rendered = [
+            part if part is not None
+            else self._rendered(collector, name, source, encoder, content_type)
+            for (name, source), part in zip(sources, cached, strict=True)
+        ]
         if gz:
             return self._gzip_members(collector, content_type, rendered)
         out: list[bytes] = []
@@ -359,13 +366,21 @@ class SnapshotRenderCache:
             self._bodies[(collector, content_type)] = (tuple(rendered), out)
         return out
 
+    def _cached(self, collector: SnapshotCollector, name: str, source: object,
+                content_type: str) -> _Rendered | None:
+        """The part formatted for `source` in `content_type`, if kept (the lock held)."""
+        part = self._parts.get((collector, name))
+        if part is not None and part.source is source:
+            return part.formats.get(content_type)
+        return None
+
     def _rendered(self, collector: SnapshotCollector, name: str, source: object,
                   encoder: Encoder, content_type: str) -> _Rendered:
         key = (collector, name)
         with self._lock:
-            part = self._parts.get(key)
-            if part is not None and part.source is source and content_type in part.formats:
-                return part.formats[content_type]
+            kept = self._cached(collector, name, source, content_type)
+        if kept is not None:
+            return kept
         if isinstance(source, ClusterState):
             families = collector.cluster_families(source)
         else:
@@ -382,13 +397,21 @@ class SnapshotRenderCache:
         return rendered
 
     # ---------------------------------------------------------------- publish
-    def warm(self, registry: ExporterRegistry) -> None:
-        """After a publish: format each cluster whose state changed in the formats scraped
-        since its previous publish (and gzip them if those scrapes asked for gzip)."""
+    def warm(self, registry: ExporterRegistry, cluster: str | None = None) -> None:
+        """After a publish of `cluster`: format it in the formats scraped since its previous
+        publish (and gzip them if those scrapes asked for gzip). Only that cluster is looked
+        at: with thousands of clusters, a walk over all of them at every publish cost more
+        than the scrapes. None (the clusters changed): every cluster, and the parts of
+        clusters no longer configured are forgotten."""
         for collector in registry.collectors():
             if not isinstance(collector, SnapshotCollector):
                 continue
-            for name, state in collector.published_states().items():
+            if cluster is None:
+                changed = list(collector.published_states().items())
+            else:
+                state = collector.published_state(cluster)
+                changed = [] if state is None else [(cluster, state)]
+            for name, state in changed:
                 with self._lock:
                     part = self._parts.get((collector, name))
                     if part is not None and part.source is state:
@@ -402,6 +425,8 @@ class SnapshotRenderCache:
                     except Exception:  # the scrape formats it itself; never fail the publish
                         _log.warning("metrics_prerender_failed", content_type=content_type,
                                      exc_info=True)
+        if cluster is not None:
+            return
         with self._lock:  # forget clusters no longer configured
             live = {(c, n) for c in registry.collectors() if isinstance(c, SnapshotCollector)
                     for n in (_GLOBAL, *c.published_states())}
