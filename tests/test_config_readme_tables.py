@@ -13,32 +13,22 @@ from typing import Any
 import pytest
 
 from exporter import config
+from exporter import settings as records
 from exporter.cli import build_parser
 from exporter.config import Overrides, Setting
-from exporter.settings import (
-    AwsMskIamSettings,
-    ClusterSettings,
-    ExporterSettings,
-    GssapiSettings,
-    HistorySettings,
-    OAuthBearerSettings,
-    SaslSettings,
-    TlsSettings,
-    WebSettings,
-)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 RECORDS: dict[str, tuple[type, str]] = {
-    "clusters[]": (ClusterSettings, ""),
-    "clusters[].tls": (TlsSettings, ""),
-    "clusters[].sasl": (SaslSettings, ""),
-    "clusters[].sasl.aws_msk_iam": (AwsMskIamSettings, ""),
-    "clusters[].sasl.oauthbearer": (OAuthBearerSettings, ""),
-    "clusters[].sasl.gssapi": (GssapiSettings, ""),
-    "web": (WebSettings, ""),
-    "history": (HistorySettings, ""),
-    "log": (ExporterSettings, "log_"),
+    "clusters[]": (records.ClusterSettings, ""),
+    "clusters[].tls": (records.TlsSettings, ""),
+    "clusters[].sasl": (records.SaslSettings, ""),
+    "clusters[].sasl.aws_msk_iam": (records.AwsMskIamSettings, ""),
+    "clusters[].sasl.oauthbearer": (records.OAuthBearerSettings, ""),
+    "clusters[].sasl.gssapi": (records.GssapiSettings, ""),
+    "web": (records.WebSettings, ""),
+    "history": (records.HistorySettings, ""),
+    "log": (records.ExporterSettings, "log_"),
 }
 """Section -> the record holding its values, and the prefix of their names there."""
 
