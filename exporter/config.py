@@ -353,18 +353,25 @@ def _application_patterns(value: Any, path: str) -> tuple[str, ...]:
     return tuple(patterns)
 
 
+def _pairs(value: Any, path: str) -> Any:
+    """'name=value,name=value' (the env/flag form of a mapping) as a dict; anything else as
+    it is, for the caller to check."""
+    if not isinstance(value, str):
+        return value
+    pairs: dict[str, str] = {}
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        key, sep, val = part.partition("=")
+        if not sep:
+            raise ConfigError(f"{path}: expected name=value pairs, got {_clip(part)}")
+        pairs[key.strip()] = val.strip()
+    return pairs
+
+
 def _labels(value: Any, path: str) -> dict[str, str]:
     """A mapping of static labels, or 'k=v,k2=v2' (the env/flag form)."""
-    if isinstance(value, str):
-        pairs: dict[str, Any] = {}
-        for part in (p.strip() for p in value.split(",")):
-            if not part:
-                continue
-            key, sep, val = part.partition("=")
-            if not sep:
-                raise ConfigError(f"{path}: expected name=value pairs, got {part!r}")
-            pairs[key.strip()] = val.strip()
-        value = pairs
+    value = _pairs(value, path)
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a mapping of label name to value, "
                           f"got {_describe(value)}")
@@ -416,15 +423,7 @@ def _sasl_extensions(value: Any, path: str) -> dict[str, str]:
     """KIP-342 SASL extensions: keys of letters only, other than `auth` (RFC 7628's key for
     the token itself); values of printable ASCII (Kafka refuses anything else). The env form
     is 'name=value,name=value'."""
-    if isinstance(value, str):
-        pairs: dict[str, str] = {}
-        for part in (p.strip() for p in value.split(",")):
-            key, sep, val = part.partition("=")
-            if part and not sep:
-                raise ConfigError(f"{path}: expected name=value pairs, got {_clip(part)}")
-            if part:
-                pairs[key.strip()] = val.strip()
-        value = pairs
+    value = _pairs(value, path)
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a mapping of extension name to value, "
                           f"got {_describe(value)}")
@@ -914,23 +913,29 @@ def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str])
                               f"not {raw['mechanism']}")
     if "username" not in raw:
         raise ConfigError(f"{path}.username: required when sasl is configured")
-    password_file = raw.get("password_file")
-    password_env = raw.get("password_env")
-    if (password_file is None) == (password_env is None):
-        raise ConfigError(f"{path}: set exactly one of password_file or password_env")
-    if password_file is not None:
-        password = _read_secret_file(password_file, f"{path}.password_file")
-    else:
-        assert password_env is not None
-        if password_env not in env:
-            raise ConfigError(
-                f"{path}.password_env: the environment variable it names is not set (the "
-                "name is not shown in case it is a secret)"
-            )
-        password = env[password_env]
-    if not password:
-        raise ConfigError(f"{path}: the password is empty")
+    password = _one_secret(raw, path, env, "password", "password")
     return SaslSettings(mechanism=raw["mechanism"], username=raw["username"], password=password)
+
+
+def _one_secret(
+    section: Mapping[str, Any], path: str, env: Mapping[str, str], name: str, what: str
+) -> str:
+    """The secret that exactly one of `<name>_file` (read) and `<name>_env` (a variable's
+    name) points at; never empty, and neither the file's name nor the variable's is said."""
+    file_key, env_key = f"{name}_file", f"{name}_env"
+    secret_file, secret_env = section.get(file_key), section.get(env_key)
+    if (secret_file is None) == (secret_env is None):
+        raise ConfigError(f"{path}: set exactly one of {file_key} or {env_key}")
+    if secret_file is not None:
+        secret = _read_secret_file(secret_file, f"{path}.{file_key}")
+    elif isinstance(secret_env, str) and secret_env in env:
+        secret = env[secret_env]
+    else:
+        raise ConfigError(f"{path}.{env_key}: the environment variable it names is not set "
+                          "(the name is not shown in case it is a secret)")
+    if not secret:
+        raise ConfigError(f"{path}: the {what} is empty")
+    return secret
 
 
 def _build_aws_msk_iam_sasl(
@@ -985,21 +990,7 @@ def _build_oauthbearer_sasl(
     for key in ("token_endpoint_url", "client_id"):
         if key not in section:
             raise ConfigError(f"{sub}.{key}: required (or give token_file)")
-    secret_file = section.get("client_secret_file")
-    secret_env = section.get("client_secret_env")
-    if (secret_file is None) == (secret_env is None):
-        raise ConfigError(f"{sub}: set exactly one of client_secret_file or client_secret_env")
-    if secret_file is not None:
-        secret = _read_secret_file(secret_file, f"{sub}.client_secret_file")
-    else:
-        if secret_env not in env:
-            raise ConfigError(
-                f"{sub}.client_secret_env: the environment variable it names is not set (the "
-                "name is not shown in case it is a secret)"
-            )
-        secret = env[secret_env]
-    if not secret:
-        raise ConfigError(f"{sub}: the client secret is empty")
+    secret = _one_secret(section, sub, env, "client_secret", "client secret")
     return SaslSettings(mechanism="OAUTHBEARER", oauthbearer=OAuthBearerSettings(
         token_endpoint_url=section["token_endpoint_url"],
         client_id=section["client_id"],
