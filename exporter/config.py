@@ -800,15 +800,15 @@ _AWS_MSK_IAM_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl.aws_msk_iam")
 _OAUTHBEARER_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl.oauthbearer")
 _GSSAPI_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl.gssapi")
 _SASL_SECTION_FIELDS: dict[str, Parser] = {
+    "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
     "aws_msk_iam": lambda value, path: _parse_section(
         {} if value is None else value, _AWS_MSK_IAM_FIELDS, path
     ),
-    "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
     "gssapi": lambda value, path: _parse_section(value, _GSSAPI_FIELDS, path),
 }
-"""Keys of `sasl` that hold a mechanism's own mapping (its keys are declared above)."""
-_SASL_SECTIONS = ("oauthbearer", "aws_msk_iam", "gssapi")
-"""Every mechanism's own section under `sasl`, in the order a misplaced one is named."""
+"""Keys of `sasl` that hold a mechanism's own mapping (its keys are declared above), in the
+order a misplaced one is named."""
+_SASL_SECTIONS = tuple(_SASL_SECTION_FIELDS)
 _SASL_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl") | _SASL_SECTION_FIELDS
 _NESTED_CLUSTER_FIELDS: dict[str, dict[str, Parser]] = {"tls": _TLS_FIELDS, "sasl": _SASL_FIELDS}
 _CLUSTER_FILE_FIELDS = _CLUSTER_FIELDS | dict.fromkeys(_NESTED_CLUSTER_FIELDS, _str)
@@ -825,10 +825,13 @@ _TOP_LEVEL_KEYS = ("clusters", "web", "log", "history", "admin")
 daemon never imports that module) and ignored by `serve`/`scan`."""
 
 
+_CLUSTER_SETTING_BY_ENV = {s.env: s for s in CLUSTER_SETTINGS if s.env is not None}
+
+
 def cluster_env_vars() -> dict[str, tuple[str, ...]]:
     """Every `KTE_CLUSTER_*` variable and the cluster field path it sets (one, two or three
     keys deep)."""
-    return {s.env: s.path for s in CLUSTER_SETTINGS if s.env is not None}
+    return {name: setting.path for name, setting in _CLUSTER_SETTING_BY_ENV.items()}
 
 
 WEB_LOG_ENV_VARS: dict[str, tuple[str, str]] = {
@@ -1167,7 +1170,6 @@ def _secret_env_names(data: dict[str, Any], draft: _Draft) -> set[str]:
 def _apply_env(draft: _Draft, env: Mapping[str, str], secret_envs: set[str]) -> dict[str, str]:
     """Apply the web and log variables; return the single cluster's (`_apply_single_cluster`
     applies them). Any other `KTE_*` variable is a typo."""
-    cluster_vars = cluster_env_vars()
     cluster_env: dict[str, str] = {}
     env_web: dict[str, Any] = {}
     for name in sorted(env):
@@ -1177,7 +1179,7 @@ def _apply_env(draft: _Draft, env: Mapping[str, str], secret_envs: set[str]) -> 
             section, key = WEB_LOG_ENV_VARS[name]
             fields = _WEB_FIELDS if section == "web" else _LOG_FIELDS
             (env_web if section == "web" else draft.log)[key] = fields[key](env[name], name)
-        elif name in cluster_vars:
+        elif name in _CLUSTER_SETTING_BY_ENV:
             cluster_env[name] = env[name]
         elif name not in secret_envs and not _names_a_password_env(name, env):
             raise ConfigError(f"{name}: unknown environment variable (see --help for KTE_*)")
@@ -1220,9 +1222,8 @@ def _apply_single_cluster(
     if not draft.clusters:
         draft.clusters.append({"name": "default"})
     target = draft.clusters[0]
-    by_env = {s.env: s for s in CLUSTER_SETTINGS if s.env is not None}
     for name, value in cluster_env.items():
-        setting = by_env[name]
+        setting = _CLUSTER_SETTING_BY_ENV[name]
         _set_path(target, setting.path, setting.parse(value, name))
     for setting, flag, value in given_flags:
         _set_path(target, setting.path, setting.parse(value, flag))
