@@ -22,6 +22,7 @@ is a variable named by a `password_env`, which may use any name.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import textwrap
@@ -91,22 +92,9 @@ def parse_duration_seconds(value: Any, path: str) -> float:
 
 
 DAY_SECONDS = 86_400.0
-DURATION_BOUNDS_SECONDS: dict[str, tuple[float, float]] = {
-    "poll_interval_seconds": (0.5, DAY_SECONDS),
-    "request_timeout_seconds": (0.1, 600.0),
-    "late_buffer_seconds": (0.0, 7 * DAY_SECONDS),
-    "min_reported_duration_seconds": (0.0, 7 * DAY_SECONDS),
-    "two_phase_late_seconds": (1.0, 7 * DAY_SECONDS),
-    "blocked_groups_min_age_seconds": (1.0, 7 * DAY_SECONDS),
-    "config_refresh_seconds": (1.0, 7 * DAY_SECONDS),
-}
-"""Inclusive bounds of every interval (README's configuration reference lists them): below
-them the exporter would flood the brokers, above them it would never poll or never time out."""
 
 
-def _bounded_duration(key: str) -> Parser:
-    low, high = DURATION_BOUNDS_SECONDS[key]
-
+def _bounded_duration(low: float, high: float) -> Parser:
     def parse(value: Any, path: str) -> float:
         seconds = parse_duration_seconds(value, path)
         if not low <= seconds <= high:
@@ -365,18 +353,25 @@ def _application_patterns(value: Any, path: str) -> tuple[str, ...]:
     return tuple(patterns)
 
 
+def _pairs(value: Any, path: str) -> Any:
+    """'name=value,name=value' (the env/flag form of a mapping) as a dict; anything else as
+    it is, for the caller to check."""
+    if not isinstance(value, str):
+        return value
+    pairs: dict[str, str] = {}
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        key, sep, val = part.partition("=")
+        if not sep:
+            raise ConfigError(f"{path}: expected name=value pairs, got {_clip(part)}")
+        pairs[key.strip()] = val.strip()
+    return pairs
+
+
 def _labels(value: Any, path: str) -> dict[str, str]:
     """A mapping of static labels, or 'k=v,k2=v2' (the env/flag form)."""
-    if isinstance(value, str):
-        pairs: dict[str, Any] = {}
-        for part in (p.strip() for p in value.split(",")):
-            if not part:
-                continue
-            key, sep, val = part.partition("=")
-            if not sep:
-                raise ConfigError(f"{path}: expected name=value pairs, got {part!r}")
-            pairs[key.strip()] = val.strip()
-        value = pairs
+    value = _pairs(value, path)
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a mapping of label name to value, "
                           f"got {_describe(value)}")
@@ -405,13 +400,6 @@ def _choice(choices: tuple[str, ...], *, upper: bool = False) -> Parser:
 
 # --------------------------------------------------------------------------- schema
 
-_TLS_FIELDS: dict[str, Parser] = {
-    "ca_file": _existing_file,
-    "cert_file": _existing_file,
-    "key_file": _existing_file,
-    "key_password_file": _secret_file_name,
-    "check_hostname": _bool,
-}
 _AWS_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
 _ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _ROLE_SESSION_NAME_RE = re.compile(r"^[\w+=,.@-]{2,64}$")
@@ -427,16 +415,6 @@ def _pattern(regex: re.Pattern[str], expected: str) -> Parser:
     return parse
 
 
-_AWS_MSK_IAM_FIELDS: dict[str, Parser] = {
-    "region": _pattern(_AWS_REGION_RE, "an AWS region like eu-west-1"),
-    "profile": _str,
-    "role_arn": _pattern(_ROLE_ARN_RE, "an IAM role ARN like arn:aws:iam::123456789012:role/NAME"),
-    "role_session_name": _pattern(
-        _ROLE_SESSION_NAME_RE, "2 to 64 letters, digits or +=,.@_-"
-    ),
-}
-
-
 _EXTENSION_KEY_RE = re.compile(r"[A-Za-z]+")
 _EXTENSION_VALUE_RE = re.compile(r"[\x21-\x7E \t\r\n]+")
 
@@ -445,15 +423,7 @@ def _sasl_extensions(value: Any, path: str) -> dict[str, str]:
     """KIP-342 SASL extensions: keys of letters only, other than `auth` (RFC 7628's key for
     the token itself); values of printable ASCII (Kafka refuses anything else). The env form
     is 'name=value,name=value'."""
-    if isinstance(value, str):
-        pairs: dict[str, str] = {}
-        for part in (p.strip() for p in value.split(",")):
-            key, sep, val = part.partition("=")
-            if part and not sep:
-                raise ConfigError(f"{path}: expected name=value pairs, got {_clip(part)}")
-            if part:
-                pairs[key.strip()] = val.strip()
-        value = pairs
+    value = _pairs(value, path)
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a mapping of extension name to value, "
                           f"got {_describe(value)}")
@@ -489,18 +459,6 @@ def _https_url(value: Any, path: str) -> str:
     return text
 
 
-_OAUTHBEARER_FIELDS: dict[str, Parser] = {
-    "token_endpoint_url": _https_url,
-    "client_id": _str,
-    "client_secret_file": _secret_file_name,
-    "client_secret_env": _env_var_name,
-    "scope": _str,
-    "extensions": _sasl_extensions,
-    "ca_file": _existing_file,
-    "token_file": _existing_file,
-}
-
-
 def _oauthbearer_section(value: Any, path: str) -> dict[str, Any]:
     if isinstance(value, dict) and "client_secret" in value:
         raise ConfigError(f"{path}.client_secret: inline secrets are not allowed; "
@@ -527,118 +485,359 @@ def _kerberos_service_name(value: Any, path: str) -> str:
     return text
 
 
-_GSSAPI_FIELDS: dict[str, Parser] = {
-    "principal": _kerberos_principal,
-    "keytab_file": _existing_file,
-    "ccache": _str,
-    "service_name": _kerberos_service_name,
-    "krb5_conf_file": _existing_file,
-}
+# --------------------------------------------------------------------------- declarations
 
 
-def _gssapi_section(value: Any, path: str) -> dict[str, Any]:
-    return _parse_section(value, _GSSAPI_FIELDS, path)
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One configuration key, declared once. The settings record (`exporter.settings`) holds
+    its name, type and default; this says how it is read (the file, a `KTE_*` variable, a
+    flag), what bounds it has and what the README's configuration tables say of it
+    (tests/test_config_readme_tables.py renders those rows from these declarations)."""
+
+    key: str
+    """Dotted path inside its section: `poll_interval_seconds`, `tls.ca_file`."""
+    parse: Parser
+    """(value, where) -> the typed value, or ConfigError naming `where` (the file path, the
+    variable or the flag): every source is checked by the same function."""
+    help: str
+    """The README's Meaning cell; `{bounds}` stands for the bounds, `{choices}` the choices."""
+    env: str | None = None
+    """The environment variable (filled in by `_declare` from the section's prefix)."""
+    flag: str | None = None
+    """The command-line flag; its `Overrides` attribute is the flag's name in snake case."""
+    bounds: tuple[float, float] | None = None
+    """Inclusive bounds (`parse` enforces them; documented from here)."""
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+    default: str | None = None
+    """The README's Default cell when it is words (required, system CAs); None: the record's
+    default value, rendered."""
+    env_doc: str = "`{env}`"
+    """How the README's Env cell shows the variable (an example value, a note)."""
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(self.key.split("."))
+
+    @property
+    def override(self) -> str | None:
+        """The `Overrides` attribute holding the flag's value."""
+        return None if self.flag is None else re.sub(r"[.-]", "_", self.flag.lstrip("-"))
+
+    def bounds_text(self) -> str:
+        if self.bounds is None:
+            return ""
+        low, high = self.bounds
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{_number_text(self.key, low)} to {_number_text(self.key, high)}{unit}"
+
+    def meaning(self) -> str:
+        choices = [f"`{choice}`" for choice in self.choices]
+        listed = ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else ""
+        return self.help.replace("{bounds}", self.bounds_text()).replace("{choices}", listed)
 
 
-_SASL_FIELDS: dict[str, Parser] = {
-    "mechanism": _choice(SASL_MECHANISMS, upper=True),
-    "username": _str,
-    "password_file": _secret_file_name,
-    "password_env": _env_var_name,
+MIB = 1024 * 1024
+
+
+def _number_text(key: str, number: float) -> str:
+    """A bound as the README writes it: sizes in bytes also in MiB."""
+    return (f"{number:g}" if isinstance(number, float) else str(number)) + size_note(key, number)
+
+
+def size_note(key: str, number: Any) -> str:
+    """` (100 MiB)` after a whole number of MiB given in bytes (a `_bytes` key), else ''."""
+    if not key.endswith("_bytes") or isinstance(number, bool) or not isinstance(number, int):
+        return ""
+    return f" ({number // MIB} MiB)" if number >= MIB and number % MIB == 0 else ""
+
+
+def _duration(key: str, low: float, high: float, help: str, **more: Any) -> Setting:
+    return Setting(key, _bounded_duration(low, high), help, bounds=(low, high), unit="s", **more)
+
+
+def _integer(key: str, low: int, high: int, help: str, *, optional: bool = False,
+             **more: Any) -> Setting:
+    parse = (_optional_bounded_int if optional else _bounded_int)(low, high)
+    return Setting(key, parse, help, bounds=(low, high), **more)
+
+
+def _one_of(key: str, choices: tuple[str, ...], help: str, *, upper: bool = False,
+            **more: Any) -> Setting:
+    return Setting(key, _choice(choices, upper=upper), help, choices=choices, **more)
+
+
+def _declare(env_prefix: str | None, *settings: Setting,
+             file_only: tuple[str, ...] = ()) -> tuple[Setting, ...]:
+    """Fill in each setting's environment variable: the prefix and its path in capitals
+    (`tls.ca_file` -> `KTE_CLUSTER_TLS_CA_FILE`), unless it names its own or lies under a
+    section in `file_only` (a mechanism's mapping given in the file only)."""
+    declared = []
+    for setting in settings:
+        env = setting.env
+        if env is None and env_prefix is not None and not setting.key.startswith(file_only):
+            env = env_prefix + "_".join(setting.path).upper()
+        declared.append(dataclasses.replace(setting, env=env))
+    return tuple(declared)
+
+
+CLUSTER_SETTINGS: tuple[Setting, ...] = _declare(
+    CLUSTER_ENV_PREFIX,
+    Setting("name", _cluster_name,
+            "The `cluster` label. Letters, digits, `_.:-`. Unique.",
+            flag="--cluster-name", default="required (`default` from env/flags)"),
+    Setting("bootstrap_servers", _bootstrap_servers,
+            "List of `host:port` (env/flag: comma-separated).",
+            flag="--bootstrap-servers", default="required"),
+    Setting("client_id", _client_id,
+            "Kafka client id (shows in broker request logs and quotas). At most 32,767 bytes "
+            "of UTF-8: the request header gives it an int16 length, so a longer one could "
+            "never be sent."),
+    _duration("poll_interval_seconds", 0.5, DAY_SECONDS,
+              "Time between poll starts, {bounds}. The first poll starts at once; later ones "
+              "at a phase within the interval fixed by a hash of the cluster name, so clusters "
+              "do not all poll at the same instant. A poll that runs longer is never "
+              "overlapped; missed runs coalesce."),
+    _duration("request_timeout_seconds", 0.1, 600.0, "Per-request timeout, {bounds}."),
+    _integer("describe_producers_batch_size", 1, 100_000,
+             "Partitions per DescribeProducers request (as `kafka-transactions.sh`), {bounds}."),
+    _duration("late_buffer_seconds", 0.0, 7 * DAY_SECONDS,
+              "Added to `transaction.max.timeout.ms` to decide \"late\" (the broker uses "
+              "5 min), {bounds}."),
+    _duration("min_reported_duration_seconds", 0.0, 7 * DAY_SECONDS,
+              "Partitions whose oldest open transaction is younger get no "
+              "`kafka_partition_max_active_transaction_duration_seconds` series (keeps "
+              "cardinality low), {bounds}."),
+    _duration("two_phase_late_seconds", 1.0, 7 * DAY_SECONDS,
+              "Age past which a two-phase-commit (KIP-939) transaction is stuck "
+              "(`stuck=\"true\"`, alert `KafkaTwoPhaseTransactionStuck`), {bounds}. Kafka never "
+              "times such a transaction out; one hour is far beyond a normal external commit "
+              "(a Flink checkpoint) and still the same hour for its read_committed consumers "
+              "([why](docs/kafka-semantics.md#two-phase-commit))."),
+    _duration("blocked_groups_min_age_seconds", 1.0, 7 * DAY_SECONDS,
+              "Open transactions at least this old get their blocked consumer groups read even "
+              "when neither late nor orphaned (a lingering Flink transaction; see [Blocked "
+              "consumer groups](#blocked-consumer-groups)), {bounds}. The default is four polls "
+              "at the default interval: transactions that end within a poll or two cost "
+              "nothing, a lingering one is seen within minutes. Raise it with "
+              "`poll_interval_seconds`."),
+    Setting("application_patterns", _application_patterns,
+            "Regular expressions (Python syntax) with a named group `application`, tried in "
+            "order on each reported transactional id before the built-in Kafka Streams and "
+            "Flink shapes ([Who owns a transaction](#who-owns-a-transaction)); at most "
+            f"{MAX_APPLICATION_PATTERNS}. A pattern that does not compile or lacks the group is "
+            "a configuration error (exit 2, naming `clusters[N].application_patterns[M]`).",
+            env_doc="`{env}` (one pattern per line)"),
+    _integer("max_applications", 1, 10_000,
+             "Distinct `application` label values per cluster and poll, {bounds}; beyond it "
+             "`_overflow` (counted in `kafka_txn_exporter_applications_overflowed`)."),
+    _integer("transaction_max_timeout_ms", 1, 2**31 - 1,
+             "Override the brokers' `transaction.max.timeout.ms`, {bounds}. DescribeConfigs "
+             "then asks only for `transaction.partition.verification.enable`; a refusal "
+             "(`CLUSTER_AUTHORIZATION_FAILED`) is asked again every `config_refresh_seconds`, "
+             "not every poll.", optional=True),
+    _duration("config_refresh_seconds", 1.0, 7 * DAY_SECONDS,
+              "How often broker configs, finalized features (ApiVersions) and the cleanup "
+              "policy of topics with late transactions are re-read, {bounds}."),
+    _integer("max_response_bytes", MIB, 512 * MIB,
+             "Largest response frame accepted from a broker, {bounds}. A larger frame fails "
+             "that broker's connection (`DECODE_ERROR`) as soon as its 4-byte length is read, "
+             "before anything is buffered. A Metadata answer for a million partitions is about "
+             "60 MiB."),
+    Setting("labels", _labels,
+            "Static labels added to every series of this cluster. Names used by the exporter "
+            "(`cluster`, `topic`, `broker`, …) are rejected.",
+            env_doc="`{env}=env=prod,dc=eu1`"),
+    Setting("tls.ca_file", _existing_file,
+            "CA bundle (PEM). Giving a `tls` section enables TLS.", default="system CAs"),
+    Setting("tls.cert_file", _existing_file,
+            "Client certificate (PEM) for mutual TLS, with `key_file` (both or neither)."),
+    Setting("tls.key_file", _existing_file,
+            "Private key (PEM) of `cert_file` for mutual TLS (both or neither)."),
+    Setting("tls.key_password_file", _secret_file_name,
+            "File holding the passphrase of an encrypted `key_file` (UTF-8, trailing newline "
+            "stripped). The exporter never prompts for a passphrase: an encrypted key without "
+            "it, or with a wrong one, stops start-up with exit 2 naming the field.",
+            default="unset"),
+    Setting("tls.check_hostname", _bool, "Verify the broker's hostname."),
+    _one_of("sasl.mechanism", SASL_MECHANISMS,
+            "{choices} (see [Authentication](#authentication) and [Kerberos](#kerberos)).",
+            upper=True, default="required with `sasl`"),
+    Setting("sasl.username", _str, "SASL user.",
+            default="required with `sasl` (PLAIN, SCRAM)"),
+    Setting("sasl.password_file", _secret_file_name,
+            "File holding the password (UTF-8, one line, trailing newline stripped).",
+            default="—"),
+    Setting("sasl.password_env", _env_var_name,
+            "Name of the environment variable holding the password. Exactly one of "
+            "`password_file`/`password_env`.", default="—"),
+    Setting("sasl.oauthbearer.token_endpoint_url", _https_url,
+            "The OIDC provider's token endpoint, `https://` only (Kafka's "
+            "`sasl.oauthbearer.token.endpoint.url`).",
+            default="required with `OAUTHBEARER` (or `token_file`)"),
+    Setting("sasl.oauthbearer.client_id", _str,
+            "OAuth client id (client-credentials grant).",
+            default="required with `token_endpoint_url`"),
+    Setting("sasl.oauthbearer.client_secret_file", _secret_file_name,
+            "File holding the client secret (one line, trailing newline stripped). Never "
+            "inline (`client_secret` is rejected).",
+            default="exactly one of it and `client_secret_env` with `token_endpoint_url`"),
+    Setting("sasl.oauthbearer.client_secret_env", _env_var_name,
+            "Name of the environment variable holding the client secret.",
+            default="exactly one of it and `client_secret_file` with `token_endpoint_url`"),
+    Setting("sasl.oauthbearer.scope", _str,
+            "`scope` of the token request (space-separated scopes)."),
+    Setting("sasl.oauthbearer.extensions", _sasl_extensions,
+            "SASL extensions sent with the token (KIP-342), e.g. Confluent Cloud's "
+            "`logicalCluster` and `identityPoolId`. Names of letters only (not `auth`), "
+            "printable ASCII values.",
+            env_doc="`{env}=logicalCluster=lkc-1,identityPoolId=pool-2`"),
+    Setting("sasl.oauthbearer.ca_file", _existing_file,
+            "CA bundle (PEM) for the token endpoint's certificate (its hostname is always "
+            "checked).", default="system CAs"),
+    Setting("sasl.oauthbearer.token_file", _existing_file,
+            "Instead of a token endpoint: a file holding the token, which a platform mounts "
+            "and renews; read again whenever it changes."),
+    Setting("sasl.aws_msk_iam.region", _pattern(_AWS_REGION_RE, "an AWS region like eu-west-1"),
+            "`AWS_MSK_IAM`: the cluster's AWS region (required if neither variable is set).",
+            default="the variable `AWS_REGION`, else `AWS_DEFAULT_REGION`"),
+    Setting("sasl.aws_msk_iam.profile", _str,
+            "`AWS_MSK_IAM`: a profile of the shared AWS config/credentials files.",
+            default="unset (the default chain)"),
+    Setting("sasl.aws_msk_iam.role_arn",
+            _pattern(_ROLE_ARN_RE, "an IAM role ARN like arn:aws:iam::123456789012:role/NAME"),
+            "`AWS_MSK_IAM`: an IAM role to assume (STS AssumeRole) with the chain's "
+            "credentials; refreshed before it expires."),
+    Setting("sasl.aws_msk_iam.role_session_name",
+            _pattern(_ROLE_SESSION_NAME_RE, "2 to 64 letters, digits or +=,.@_-"),
+            "`AWS_MSK_IAM`: session name of the assumed role (needs `role_arn`).",
+            default="with `role_arn`: `kafka-txn-exporter`"),
+    Setting("sasl.gssapi.principal", _kerberos_principal,
+            "The exporter's principal, `name@REALM` (a `name/host@REALM` too).",
+            default="required with `keytab_file`"),
+    Setting("sasl.gssapi.keytab_file", _existing_file,
+            "Keytab holding the principal's key. Tickets are obtained from it and **renewed by "
+            "the Kerberos library itself** (once half of a ticket's life has passed, and "
+            "whenever one has expired): no `kinit` loop or sidecar. They live in a private "
+            "in-memory credential cache per cluster unless `ccache` names one."),
+    Setting("sasl.gssapi.ccache", _str,
+            "A credential cache (`FILE:/tmp/krb5cc_exporter`, `DIR:...`, `KEYRING:...`). "
+            "Without `keytab_file` the exporter only reads it: whoever fills it (`kinit`, a "
+            "sidecar) must keep it fresh. With neither key, the process's default cache "
+            "(`KRB5CCNAME`)."),
+    Setting("sasl.gssapi.service_name", _kerberos_service_name,
+            "The first part of the brokers' principal: the exporter asks for a ticket to "
+            "`<service_name>/<broker host>@REALM`, the host exactly as the broker advertises "
+            "it ([details](docs/kafka-semantics.md#kerberos-gssapi))."),
+    Setting("sasl.gssapi.krb5_conf_file", _existing_file,
+            "krb5.conf with the realm's KDCs. One per process: every cluster must name the "
+            "same file (list every realm in it).",
+            default="the system's (`/etc/krb5.conf`, `KRB5_CONFIG`)"),
+    file_only=("sasl.gssapi.",),
+)
+"""Every key of a `clusters[]` entry, in the README's order. `KTE_CLUSTER_*` set the single
+cluster's; Kerberos (`sasl.gssapi`) is a mapping given in the file only."""
+
+WEB_SETTINGS: tuple[Setting, ...] = _declare(
+    "KTE_WEB_",
+    Setting("listen_address", parse_listen_address,
+            "Address to bind (`::` for IPv6), or exporter-toolkit's `[host]:port`: `:9981` "
+            "(every IPv4 interface), `0.0.0.0:9981`, `[::1]:9981`. A port given this way is the "
+            "port; the same source giving a different `port` is an error.",
+            flag="--web.listen-address"),
+    Setting("port", parse_port, "Port for `/metrics`, `/healthz`, `/readyz`.",
+            flag="--web.port"),
+    Setting("telemetry_path", _telemetry_path,
+            "Path of the metrics (not `/`, `/healthz`, `/readyz`).",
+            flag="--web.telemetry-path"),
+    Setting("web_config_file", _existing_file,
+            "[exporter-toolkit web config](https://github.com/prometheus/exporter-toolkit/blob/"
+            "master/docs/web-configuration.md) file, parsed once at start-up. Supported: "
+            "`tls_server_config` (`cert_file`, `key_file`, `client_auth_type` = "
+            "`NoClientCert` / `VerifyClientCertIfGiven` / `RequireAndVerifyClientCert`, "
+            "`client_ca_file`, `min_version` (default `TLS12`), `max_version` (not below "
+            "`min_version`); relative paths are relative to the web config file; plus "
+            "`key_password_file`, an extension of this exporter for an encrypted `key_file`, "
+            "never an interactive prompt) and `http_server_config.headers` (valid header "
+            "names; CR, LF and other control characters in values are rejected; "
+            "`Content-Length`, `Content-Type`, `Transfer-Encoding`, `Connection`, "
+            "`WWW-Authenticate` are the server's own). `basic_auth_users` (bcrypt hashes; see "
+            "Security notes). Other keys are **rejected** (never silently ignored).",
+            env="KTE_WEB_CONFIG_FILE", flag="--web.config.file"),
+)
+LOG_SETTINGS: tuple[Setting, ...] = _declare(
+    "KTE_LOG_",
+    _one_of("format", LOG_FORMATS,
+            "`json` (one JSON object per line), `console` (readable), `auto` (console when "
+            "stderr is a TTY, else JSON).", flag="--log.format"),
+    _one_of("level", LOG_LEVELS, "{choices}.", flag="--log.level"),
+)
+HISTORY_SETTINGS: tuple[Setting, ...] = _declare(
+    None,
+    Setting("directory", _optional_str,
+            "Append every poll's open transactions (with their late/hanging verdict) to a "
+            "Parquet dataset here, partitioned by cluster and UTC date; read by "
+            "`kafka-txn-exporter spark history`. Needs pyarrow: `pip install "
+            "'kafka-txn-exporter[history]'`. Schema: [docs/spark.md](docs/spark.md).",
+            default="unset (off)"),
+    _integer("retention_days", 1, 36_500,
+             "Date partitions older than this are deleted, {bounds}."),
+)
+
+
+def _section_fields(settings: tuple[Setting, ...], section: str) -> dict[str, Parser]:
+    """The parsers of one mapping's own keys (`tls` -> ca_file, cert_file, ...)."""
+    prefix = f"{section}." if section else ""
+    depth = prefix.count(".")
+    return {s.key[len(prefix):]: s.parse for s in settings
+            if s.key.startswith(prefix) and s.key.count(".") == depth}
+
+
+_CLUSTER_FIELDS = _section_fields(CLUSTER_SETTINGS, "")
+_TLS_FIELDS = _section_fields(CLUSTER_SETTINGS, "tls")
+_AWS_MSK_IAM_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl.aws_msk_iam")
+_OAUTHBEARER_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl.oauthbearer")
+_GSSAPI_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl.gssapi")
+_SASL_SECTION_FIELDS: dict[str, Parser] = {
+    "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
     "aws_msk_iam": lambda value, path: _parse_section(
         {} if value is None else value, _AWS_MSK_IAM_FIELDS, path
     ),
-    "oauthbearer": lambda value, path: _oauthbearer_section(value, path),
-    "gssapi": _gssapi_section,
+    "gssapi": lambda value, path: _parse_section(value, _GSSAPI_FIELDS, path),
 }
-_SASL_SECTION_FIELDS: dict[str, dict[str, Parser]] = {
-    "oauthbearer": _OAUTHBEARER_FIELDS,
-    "aws_msk_iam": _AWS_MSK_IAM_FIELDS,
-}
-"""Keys of `sasl` that hold a mechanism's own mapping: one variable per field of it
-(`KTE_CLUSTER_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL`), none for the mapping itself."""
-_SASL_SECTIONS = (*_SASL_SECTION_FIELDS, "gssapi")
-"""Every mechanism's own section under `sasl` (gssapi is set in the file only)."""
-INT_BOUNDS: dict[str, tuple[int, int]] = {
-    "describe_producers_batch_size": (1, 100_000),
-    "transaction_max_timeout_ms": (1, 2**31 - 1),
-    "retention_days": (1, 36_500),
-    "max_response_bytes": (1024 * 1024, 512 * 1024 * 1024),
-    "max_applications": (1, 10_000),
-}
-_CLUSTER_FIELDS: dict[str, Parser] = {
-    "name": _cluster_name,
-    "bootstrap_servers": _bootstrap_servers,
-    "client_id": _client_id,
-    "poll_interval_seconds": _bounded_duration("poll_interval_seconds"),
-    "request_timeout_seconds": _bounded_duration("request_timeout_seconds"),
-    "describe_producers_batch_size": _bounded_int(*INT_BOUNDS["describe_producers_batch_size"]),
-    "late_buffer_seconds": _bounded_duration("late_buffer_seconds"),
-    "min_reported_duration_seconds": _bounded_duration("min_reported_duration_seconds"),
-    "two_phase_late_seconds": _bounded_duration("two_phase_late_seconds"),
-    "blocked_groups_min_age_seconds": _bounded_duration("blocked_groups_min_age_seconds"),
-    "application_patterns": _application_patterns,
-    "max_applications": _bounded_int(*INT_BOUNDS["max_applications"]),
-    "transaction_max_timeout_ms": _optional_bounded_int(
-        *INT_BOUNDS["transaction_max_timeout_ms"]
-    ),
-    "config_refresh_seconds": _bounded_duration("config_refresh_seconds"),
-    "max_response_bytes": _bounded_int(*INT_BOUNDS["max_response_bytes"]),
-    "labels": _labels,
-}
+"""Keys of `sasl` that hold a mechanism's own mapping (its keys are declared above), in the
+order a misplaced one is named."""
+_SASL_SECTIONS = tuple(_SASL_SECTION_FIELDS)
+_SASL_FIELDS = _section_fields(CLUSTER_SETTINGS, "sasl") | _SASL_SECTION_FIELDS
 _NESTED_CLUSTER_FIELDS: dict[str, dict[str, Parser]] = {"tls": _TLS_FIELDS, "sasl": _SASL_FIELDS}
-_WEB_FIELDS: dict[str, Parser] = {
-    "listen_address": parse_listen_address,
-    "port": parse_port,
-    "telemetry_path": _telemetry_path,
-    "web_config_file": _existing_file,
-}
-_LOG_FIELDS: dict[str, Parser] = {
-    "format": _choice(LOG_FORMATS),
-    "level": _choice(LOG_LEVELS),
-}
-_HISTORY_FIELDS: dict[str, Parser] = {
-    "directory": _optional_str,
-    "retention_days": _bounded_int(*INT_BOUNDS["retention_days"]),
-}
+_CLUSTER_FILE_FIELDS = _CLUSTER_FIELDS | dict.fromkeys(_NESTED_CLUSTER_FIELDS, _str)
+"""A cluster's keys as the file gives them (the nested mappings are parsed on their own)."""
+_WEB_FIELDS = _section_fields(WEB_SETTINGS, "")
+_LOG_FIELDS = _section_fields(LOG_SETTINGS, "")
+_HISTORY_FIELDS = _section_fields(HISTORY_SETTINGS, "")
+DURATION_BOUNDS_SECONDS: dict[str, tuple[float, float]] = {
+    s.key: s.bounds for s in CLUSTER_SETTINGS if s.bounds is not None and s.unit == "s"}
+"""Inclusive bounds of every interval: below them the exporter would flood the brokers, above
+them it would never poll or never time out."""
 _TOP_LEVEL_KEYS = ("clusters", "web", "log", "history", "admin")
 """`admin` holds the abort command's credentials; it is validated by `exporter.abort` (the
 daemon never imports that module) and ignored by `serve`/`scan`."""
 
 
-def _env_name(*parts: str) -> str:
-    return ENV_PREFIX + "_".join(p.upper() for p in parts)
+_CLUSTER_SETTING_BY_ENV = {s.env: s for s in CLUSTER_SETTINGS if s.env is not None}
 
 
 def cluster_env_vars() -> dict[str, tuple[str, ...]]:
     """Every `KTE_CLUSTER_*` variable and the cluster field path it sets (one, two or three
     keys deep)."""
-    names: dict[str, tuple[str, ...]] = {}
-    for key in _CLUSTER_FIELDS:
-        names[_env_name("cluster", key)] = (key,)
-    for section, fields in _NESTED_CLUSTER_FIELDS.items():
-        for key in fields:
-            if key in _FILE_ONLY_SECTIONS:
-                continue
-            if section == "sasl" and key in _SASL_SECTION_FIELDS:
-                for sub in _SASL_SECTION_FIELDS[key]:
-                    names[_env_name("cluster", section, key, sub)] = (section, key, sub)
-                continue
-            names[_env_name("cluster", section, key)] = (section, key)
-    return names
-
-
-_FILE_ONLY_SECTIONS = frozenset({"gssapi"})
-"""Nested mappings (a mechanism's own settings): given in the config file, not one variable."""
+    return {name: setting.path for name, setting in _CLUSTER_SETTING_BY_ENV.items()}
 
 
 WEB_LOG_ENV_VARS: dict[str, tuple[str, str]] = {
-    "KTE_WEB_LISTEN_ADDRESS": ("web", "listen_address"),
-    "KTE_WEB_PORT": ("web", "port"),
-    "KTE_WEB_TELEMETRY_PATH": ("web", "telemetry_path"),
-    "KTE_WEB_CONFIG_FILE": ("web", "web_config_file"),
-    "KTE_LOG_FORMAT": ("log", "format"),
-    "KTE_LOG_LEVEL": ("log", "level"),
+    s.env: (section, s.key)
+    for section, settings in (("web", WEB_SETTINGS), ("log", LOG_SETTINGS))
+    for s in settings if s.env is not None
 }
 
 
@@ -693,8 +892,7 @@ def _parse_cluster_file(raw: Any, path: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping, got {_describe(raw)}")
     flat = {k: v for k, v in raw.items() if k not in _NESTED_CLUSTER_FIELDS}
-    parsed = _parse_section(flat, _CLUSTER_FIELDS | dict.fromkeys(_NESTED_CLUSTER_FIELDS, _str),
-                            path)
+    parsed = _parse_section(flat, _CLUSTER_FILE_FIELDS, path)
     for section, fields in _NESTED_CLUSTER_FIELDS.items():
         if section in raw:
             value = raw[section]
@@ -718,23 +916,29 @@ def _build_password_sasl(raw: dict[str, Any], path: str, env: Mapping[str, str])
                               f"not {raw['mechanism']}")
     if "username" not in raw:
         raise ConfigError(f"{path}.username: required when sasl is configured")
-    password_file = raw.get("password_file")
-    password_env = raw.get("password_env")
-    if (password_file is None) == (password_env is None):
-        raise ConfigError(f"{path}: set exactly one of password_file or password_env")
-    if password_file is not None:
-        password = _read_secret_file(password_file, f"{path}.password_file")
-    else:
-        assert password_env is not None
-        if password_env not in env:
-            raise ConfigError(
-                f"{path}.password_env: the environment variable it names is not set (the "
-                "name is not shown in case it is a secret)"
-            )
-        password = env[password_env]
-    if not password:
-        raise ConfigError(f"{path}: the password is empty")
+    password = _one_secret(raw, path, env, "password", "password")
     return SaslSettings(mechanism=raw["mechanism"], username=raw["username"], password=password)
+
+
+def _one_secret(
+    section: Mapping[str, Any], path: str, env: Mapping[str, str], name: str, what: str
+) -> str:
+    """The secret that exactly one of `<name>_file` (read) and `<name>_env` (a variable's
+    name) points at; never empty, and neither the file's name nor the variable's is said."""
+    file_key, env_key = f"{name}_file", f"{name}_env"
+    secret_file, secret_env = section.get(file_key), section.get(env_key)
+    if (secret_file is None) == (secret_env is None):
+        raise ConfigError(f"{path}: set exactly one of {file_key} or {env_key}")
+    if secret_file is not None:
+        secret = _read_secret_file(secret_file, f"{path}.{file_key}")
+    elif isinstance(secret_env, str) and secret_env in env:
+        secret = env[secret_env]
+    else:
+        raise ConfigError(f"{path}.{env_key}: the environment variable it names is not set "
+                          "(the name is not shown in case it is a secret)")
+    if not secret:
+        raise ConfigError(f"{path}: the {what} is empty")
+    return secret
 
 
 def _build_aws_msk_iam_sasl(
@@ -789,21 +993,7 @@ def _build_oauthbearer_sasl(
     for key in ("token_endpoint_url", "client_id"):
         if key not in section:
             raise ConfigError(f"{sub}.{key}: required (or give token_file)")
-    secret_file = section.get("client_secret_file")
-    secret_env = section.get("client_secret_env")
-    if (secret_file is None) == (secret_env is None):
-        raise ConfigError(f"{sub}: set exactly one of client_secret_file or client_secret_env")
-    if secret_file is not None:
-        secret = _read_secret_file(secret_file, f"{sub}.client_secret_file")
-    else:
-        if secret_env not in env:
-            raise ConfigError(
-                f"{sub}.client_secret_env: the environment variable it names is not set (the "
-                "name is not shown in case it is a secret)"
-            )
-        secret = env[secret_env]
-    if not secret:
-        raise ConfigError(f"{sub}: the client secret is empty")
+    secret = _one_secret(section, sub, env, "client_secret", "client secret")
     return SaslSettings(mechanism="OAUTHBEARER", oauthbearer=OAuthBearerSettings(
         token_endpoint_url=section["token_endpoint_url"],
         client_id=section["client_id"],
@@ -918,22 +1108,47 @@ def load_settings(
     `file_data`: the file already read (`read_config_file`), so it is read once."""
     env = dict(os.environ) if env is None else dict(env)
     overrides = overrides or Overrides()
+    data = _read_config(config_file, env, file_data)
+    draft = _parse_file(data)
+    cluster_env = _apply_env(draft, env, _secret_env_names(data, draft))
+    _apply_flags(draft, overrides)
+    _apply_single_cluster(draft, cluster_env, overrides)
+    return _build(draft, env)
+
+
+@dataclass(slots=True)
+class _Draft:
+    """Parsed values of every source so far, each checked; later sources write over them."""
+
+    clusters: list[dict[str, Any]]
+    admin: Any
+    web: dict[str, Any]
+    log: dict[str, Any]
+    history: dict[str, Any]
+
+
+def _read_config(
+    config_file: str | None, env: Mapping[str, str], file_data: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The file's top-level mapping (`--config`, else KTE_CONFIG; none: empty), its keys known."""
     if config_file is None and env.get("KTE_CONFIG"):
         config_file = env["KTE_CONFIG"]
     data = file_data if file_data is not None else (
         _read_yaml(config_file) if config_file else {})
-
     for key in data:
         if key not in _TOP_LEVEL_KEYS:
             raise ConfigError(f"{key}: unknown key (known: {', '.join(_TOP_LEVEL_KEYS)})")
+    return data
 
+
+def _parse_file(data: dict[str, Any]) -> _Draft:
+    """Check every section of the file against its declarations."""
     raw_clusters = data.get("clusters")
     if raw_clusters is None:
         raw_clusters = []
     if not isinstance(raw_clusters, list):
         raise ConfigError(f"clusters: expected a list of clusters, got {_describe(raw_clusters)}")
     clusters = [_parse_cluster_file(c, f"clusters[{i}]") for i, c in enumerate(raw_clusters)]
-
     admin = data.get("admin")
     if admin is not None and not isinstance(admin, dict):
         raise ConfigError(f"admin: expected a mapping, got {_describe(admin)}")
@@ -942,13 +1157,20 @@ def load_settings(
                "web.listen_address", "web.port")
     log = _parse_section(data.get("log") or {}, _LOG_FIELDS, "log")
     history = _parse_section(data.get("history") or {}, _HISTORY_FIELDS, "history")
+    return _Draft(clusters, admin, web, log, history)
 
-    # Environment: web/log, then the single cluster.
-    password_envs = {
-        c["sasl"]["password_env"] for c in clusters if c.get("sasl", {}).get("password_env")
-    } | _admin_password_envs(admin) | _client_secret_envs(raw_clusters, admin)
-    cluster_vars = cluster_env_vars()
-    cluster_env: dict[str, Any] = {}
+
+def _secret_env_names(data: dict[str, Any], draft: _Draft) -> set[str]:
+    """Variables a `password_env` or `client_secret_env` names: any name, not typos."""
+    return {
+        c["sasl"]["password_env"] for c in draft.clusters if c.get("sasl", {}).get("password_env")
+    } | _admin_password_envs(draft.admin) | _client_secret_envs(data.get("clusters"), draft.admin)
+
+
+def _apply_env(draft: _Draft, env: Mapping[str, str], secret_envs: set[str]) -> dict[str, str]:
+    """Apply the web and log variables; return the single cluster's (`_apply_single_cluster`
+    applies them). Any other `KTE_*` variable is a typo."""
+    cluster_env: dict[str, str] = {}
     env_web: dict[str, Any] = {}
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX) or name == "KTE_CONFIG":
@@ -956,69 +1178,71 @@ def load_settings(
         if name in WEB_LOG_ENV_VARS:
             section, key = WEB_LOG_ENV_VARS[name]
             fields = _WEB_FIELDS if section == "web" else _LOG_FIELDS
-            (env_web if section == "web" else log)[key] = fields[key](env[name], name)
-        elif name in cluster_vars:
+            (env_web if section == "web" else draft.log)[key] = fields[key](env[name], name)
+        elif name in _CLUSTER_SETTING_BY_ENV:
             cluster_env[name] = env[name]
-        elif name not in password_envs and not _names_a_password_env(name, env):
+        elif name not in secret_envs and not _names_a_password_env(name, env):
             raise ConfigError(f"{name}: unknown environment variable (see --help for KTE_*)")
-    _apply_web(web, env_web, "KTE_WEB_LISTEN_ADDRESS", "KTE_WEB_PORT")
+    _apply_web(draft.web, env_web, "KTE_WEB_LISTEN_ADDRESS", "KTE_WEB_PORT")
+    return cluster_env
 
-    # Flags (highest precedence).
-    flag_web = {
-        "listen_address": ("--web.listen-address", overrides.web_listen_address),
-        "port": ("--web.port", overrides.web_port),
-        "telemetry_path": ("--web.telemetry-path", overrides.web_telemetry_path),
-        "web_config_file": ("--web.config.file", overrides.web_config_file),
-    }
-    _apply_web(web, {key: _WEB_FIELDS[key](value, flag)
-                     for key, (flag, value) in flag_web.items() if value is not None},
+
+def _flag_values(
+    settings: tuple[Setting, ...], overrides: Overrides
+) -> list[tuple[Setting, str, Any]]:
+    """(setting, flag, value) of each declared flag given on the command line, in order."""
+    given = [(s, s.flag, getattr(overrides, s.override))
+             for s in settings if s.flag is not None and s.override is not None]
+    return [(setting, flag, value) for setting, flag, value in given if value is not None]
+
+
+def _apply_flags(draft: _Draft, overrides: Overrides) -> None:
+    """Apply the web and log flags (the highest precedence)."""
+    _apply_web(draft.web, {s.key: s.parse(value, flag)
+                           for s, flag, value in _flag_values(WEB_SETTINGS, overrides)},
                "--web.listen-address", "--web.port")
-    flag_log = {
-        "format": ("--log.format", overrides.log_format),
-        "level": ("--log.level", overrides.log_level),
-    }
-    for key, (flag, value) in flag_log.items():
-        if value is not None:
-            log[key] = _LOG_FIELDS[key](value, flag)
+    for setting, flag, value in _flag_values(LOG_SETTINGS, overrides):
+        draft.log[setting.key] = setting.parse(value, flag)
 
-    cluster_flags = {
-        "name": ("--cluster-name", overrides.cluster_name),
-        "bootstrap_servers": ("--bootstrap-servers", overrides.bootstrap_servers),
-    }
-    given_flags = {k: v for k, v in cluster_flags.items() if v[1] is not None}
-    if cluster_env or given_flags:
-        if len(clusters) > 1:
-            first = next(iter(cluster_env), None) or next(iter(given_flags.values()))[0]
-            raise ConfigError(
-                f"{first}: single-cluster overrides need exactly one cluster in the config "
-                f"file, found {len(clusters)}"
-            )
-        if not clusters:
-            clusters.append({"name": "default"})
-        target = clusters[0]
-        for name, value in cluster_env.items():
-            keys = cluster_vars[name]
-            if len(keys) == 1:
-                target[keys[0]] = _CLUSTER_FIELDS[keys[0]](value, name)
-            elif len(keys) == 3:
-                section, key, sub = keys
-                sasl_section = target.setdefault(section, {})
-                sasl_section.setdefault(key, {})[sub] = _SASL_SECTION_FIELDS[key][sub](
-                    value, name)
-            else:
-                section, key = keys
-                target.setdefault(section, {})[key] = _NESTED_CLUSTER_FIELDS[section][key](
-                    value, name
-                )
-        for key, (flag, value) in given_flags.items():
-            target[key] = _CLUSTER_FIELDS[key](value, flag)
 
-    if not clusters:
+def _apply_single_cluster(
+    draft: _Draft, cluster_env: dict[str, str], overrides: Overrides
+) -> None:
+    """`KTE_CLUSTER_*` then the cluster flags: they define the cluster when the file has none,
+    override it when it has one, and are an error when it has several."""
+    given_flags = _flag_values(CLUSTER_SETTINGS, overrides)
+    if not cluster_env and not given_flags:
+        return
+    if len(draft.clusters) > 1:
+        first = next(iter(cluster_env), None) or given_flags[0][1]
+        raise ConfigError(
+            f"{first}: single-cluster overrides need exactly one cluster in the config "
+            f"file, found {len(draft.clusters)}"
+        )
+    if not draft.clusters:
+        draft.clusters.append({"name": "default"})
+    target = draft.clusters[0]
+    for name, value in cluster_env.items():
+        setting = _CLUSTER_SETTING_BY_ENV[name]
+        _set_path(target, setting.path, setting.parse(value, name))
+    for setting, flag, value in given_flags:
+        _set_path(target, setting.path, setting.parse(value, flag))
+
+
+def _set_path(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        target = target.setdefault(key, {})
+    target[path[-1]] = value
+
+
+def _build(draft: _Draft, env: Mapping[str, str]) -> ExporterSettings:
+    """The settings records, with the checks that span fields or clusters."""
+    if not draft.clusters:
         raise ConfigError(
             "clusters: no cluster configured (give --config FILE with a 'clusters' list, or "
             "--bootstrap-servers / KTE_CLUSTER_BOOTSTRAP_SERVERS)"
         )
-    built = tuple(_build_cluster(c, f"clusters[{i}]", env) for i, c in enumerate(clusters))
+    built = tuple(_build_cluster(c, f"clusters[{i}]", env) for i, c in enumerate(draft.clusters))
     _check_one_krb5_conf(built)
     seen: set[str] = set()
     for index, cluster in enumerate(built):
@@ -1026,20 +1250,20 @@ def load_settings(
             raise ConfigError(f"clusters[{index}].name: duplicate cluster name {cluster.name!r}")
         seen.add(cluster.name)
 
-    web_settings = WebSettings(**web)
+    web_settings = WebSettings(**draft.web)
     if web_settings.web_config_file is not None:
         # Parsed once, here, so a bad one stops start-up; the HTTP layer uses the record.
         from exporter.webconfig import parse_web_config_file
 
         web_settings = WebSettings(
-            **web, web_config=parse_web_config_file(web_settings.web_config_file)
+            **draft.web, web_config=parse_web_config_file(web_settings.web_config_file)
         )
     return ExporterSettings(
         clusters=built,
         web=web_settings,
-        history=HistorySettings(**history),
-        log_format=log.get("format", "auto"),
-        log_level=log.get("level", "info"),
+        history=HistorySettings(**draft.history),
+        log_format=draft.log.get("format", "auto"),
+        log_level=draft.log.get("level", "info"),
     )
 
 
@@ -1140,7 +1364,7 @@ class ClientEntry:
     sasl: SaslSettings | None
 
 
-_CLIENT_ENTRY_FIELDS: dict[str, Parser] = {"name": _cluster_name, "client_id": _client_id}
+_CLIENT_ENTRY_FIELDS = {key: _CLUSTER_FIELDS[key] for key in ("name", "client_id")}
 
 
 def parse_client_entry(raw: Any, path: str, env: Mapping[str, str]) -> ClientEntry:

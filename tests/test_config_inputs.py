@@ -292,16 +292,12 @@ def test_telemetry_path(path: str, ok: bool) -> None:
 
 
 def _schema_keys() -> set[str]:
-    keys = set(config_module._TOP_LEVEL_KEYS)
-    for fields in (config_module._CLUSTER_FIELDS, config_module._TLS_FIELDS,
-                   config_module._SASL_FIELDS, config_module._WEB_FIELDS,
-                   config_module._LOG_FIELDS, config_module._HISTORY_FIELDS,
-                   config_module._CLIENT_ENTRY_FIELDS):  # admin.clusters[] (abort)
-        keys |= set(fields)
-    for fields in config_module._SASL_SECTION_FIELDS.values():  # sasl.oauthbearer, ...
-        keys |= set(fields)
-    keys |= set(config_module._GSSAPI_FIELDS)  # sasl.gssapi (file only)
-    return keys | set(config_module._NESTED_CLUSTER_FIELDS) | {"clusters"}
+    """Every key the declarations know, each part of a dotted one (`sasl`, `oauthbearer`)."""
+    keys = set(config_module._TOP_LEVEL_KEYS) | set(config_module._CLIENT_ENTRY_FIELDS)
+    for settings in (config_module.CLUSTER_SETTINGS, config_module.WEB_SETTINGS,
+                     config_module.LOG_SETTINGS, config_module.HISTORY_SETTINGS):
+        keys |= {part for setting in settings for part in setting.path}
+    return keys
 
 
 def _example_keys(text: str) -> set[str]:
