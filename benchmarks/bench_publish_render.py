@@ -106,7 +106,7 @@ class _PreviousCache:
         self._encoders[content_type] = encoder
         return self._bodies[content_type]
 
-    def warm(self) -> None:
+    def warm(self, _cluster: str | None) -> None:
         for content_type, encoder in list(self._encoders.items()):
             self._render(encoder, content_type)
 
@@ -165,7 +165,7 @@ def _run(scenario: str, args: argparse.Namespace, snapshots: dict[str, list[Any]
             return previous.scrape(PROMETHEUS_ACCEPT)
     else:
         cache = SnapshotRenderCache()
-        store.on_change(lambda: cache.warm(registry))
+        store.on_change(lambda cluster: cache.warm(registry, cluster))
         app = make_metrics_app(registry, cache)
 
         def scrape() -> bytes:

@@ -401,3 +401,16 @@ def test_bench_password_guessing_tiny_scrapes_alone_and_while_guessing() -> None
         assert result[phase]["first_scrape_ms"] is not None
         assert result[phase]["scrapes"] >= 3
     assert {"ratio_p50", "machine", "load_average"} <= result.keys()
+
+
+def test_bench_many_clusters_tiny_scrapes_while_every_poll_waits_on_its_broker() -> None:
+    _, results = _run("bench_many_clusters.py", "--clusters", "30", "--seconds", "1.5",
+                      "--scrape-interval", "0.2")
+    (result,) = results
+    _assert_machine(result["machine"])
+    for side, clusters in (("baseline", 1), ("many", 30)):
+        assert result[side]["clusters"] == clusters
+        assert result[side]["scrapes"] >= 3 and result[side]["failed"] == 0
+        assert result[side]["alive_at_end"] is True
+        assert result[side]["threads"] >= 1
+    assert result["broker"] == "silent"
