@@ -20,11 +20,24 @@ from typing import Any
 
 from kafka_sim.realkafka import RealKafkaCluster
 
-from .harness import Comparison, Rule, compare, decode_record_batches, to_plain
+from .harness import (
+    GROUPS_DATA_DIR,
+    Comparison,
+    Rule,
+    compare,
+    decode_record_batches,
+    exchange_files,
+    to_plain,
+)
 from .replay import NODE_ID, Replay, Window
 from .replay import TOPICS as TXN_TOPICS
 from .replay_groups import TOPICS as GROUP_TOPICS
 from .replay_groups import GroupsReplay
+
+LIVE_TXN_FILES = [f for f in exchange_files() if int(f[:2]) <= 49]
+"""The transactions capture up to its TIMEOUT phase (FINAL, 50-54, needs 80 s of broker time)."""
+LIVE_GROUP_FILES = exchange_files(GROUPS_DATA_DIR)
+"""The consumer groups capture, whole."""
 
 LIVE_TOPICS: dict[str, int] = {**TXN_TOPICS, **GROUP_TOPICS}
 

@@ -19,12 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from conformance.harness import GROUPS_DATA_DIR, exchange_files
 from conformance.live import (
     EXPORTER_REQUESTS,
     LIVE_BROKER_CONFIG,
+    LIVE_GROUP_FILES,
     LIVE_NORMALISATIONS,
     LIVE_TOPICS,
+    LIVE_TXN_FILES,
     LiveAnswer,
     LiveBroker,
     LiveRun,
@@ -39,9 +40,7 @@ from conformance.live import (
 from conformance.replay import NODE_ID
 from kafka_sim.realkafka import start_cluster
 
-TXN_FILES = [f for f in exchange_files() if int(f[:2]) <= 49]
-"""The transactions capture up to its TIMEOUT phase (FINAL, 50-54, needs 80 s of broker time)."""
-GROUP_FILES = exchange_files(GROUPS_DATA_DIR)
+TXN_FILES, GROUP_FILES = LIVE_TXN_FILES, LIVE_GROUP_FILES
 
 
 @dataclass

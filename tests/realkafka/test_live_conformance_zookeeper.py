@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from conformance.harness import GROUPS_DATA_DIR, exchange_files
 from conformance.live import (
     EXPORTER_REQUESTS,
     LIVE_BROKER_CONFIG,
+    LIVE_GROUP_FILES,
     LIVE_TOPICS,
+    LIVE_TXN_FILES,
     LiveAnswer,
     LiveBroker,
     LiveRun,
@@ -43,8 +44,7 @@ from conformance.replay import NODE_ID
 from kafka_sim.realkafka import start_cluster
 from realhelpers import kafka_zk_versions
 
-TXN_FILES = [f for f in exchange_files() if int(f[:2]) <= 49]
-GROUP_FILES = exchange_files(GROUPS_DATA_DIR)
+TXN_FILES, GROUP_FILES = LIVE_TXN_FILES, LIVE_GROUP_FILES
 
 ZK_SIM_PROFILE = {"2.8": "2.8", "3.0": "3.0", "3.5": "3.5", "3.6": "3.6"}
 EXPECTED_ANSWERED = {"2.8": 24, "3.0": 36, "3.5": 36, "3.6": 36}
