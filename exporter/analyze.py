@@ -492,6 +492,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         unobserved_partitions=len(obs.unobserved),
         request_errors=obs.request_errors,
         poll_duration_seconds=obs.poll_duration_seconds,
+        poll_phase_seconds=dict(obs.poll_phase_seconds),
         unobserved_by_reason=dict(sorted(by_reason.items())),
         open_transactions_by_start_time_source=dict(sorted(by_source.items())),
         orphaned_transactions=tuple(orphaned),

@@ -136,6 +136,36 @@ class UnobservedReason(StrEnum):
     """Any other per-partition or request error."""
 
 
+class PollPhase(StrEnum):
+    """The steps of one poll, named by the Kafka requests each sends, for
+    `kafka_txn_exporter_poll_phase_duration_seconds`: where a slow poll spends its time."""
+
+    METADATA = "metadata"
+    """Metadata: brokers, leaders (the whole poll stops here when no broker answers)."""
+    LIST_TRANSACTIONS = "list_transactions"
+    """ListTransactions on every broker (each coordinates a slice of the transactional ids)."""
+    DESCRIBE_PRODUCERS = "describe_producers"
+    """DescribeProducers on every leader, with the screening of crowded partitions (Fetch
+    session, ListOffsets) and the Metadata asked again when a leader moved."""
+    BROKER_CONFIGS = "broker_configs"
+    """DescribeConfigs of brokers (transaction.max.timeout.ms, partition verification) and
+    ApiVersions' finalized features, when due."""
+    START_TIMES = "start_times"
+    """Fetch of the record batch at each new open transaction's start offset."""
+    LIST_OFFSETS = "list_offsets"
+    """ListOffsets (last stable offset and high watermark) of partitions with an open
+    transaction."""
+    DESCRIBE_TRANSACTIONS = "describe_transactions"
+    """FindCoordinator and DescribeTransactions for the transactional ids asked about."""
+    TOPIC_CONFIGS = "topic_configs"
+    """DescribeConfigs of the topics of late and orphaned transactions, when due."""
+    CONSUMER_GROUPS = "consumer_groups"
+    """ListGroups, FindCoordinator and OffsetFetch for partitions with a transaction old,
+    late or orphaned enough to look at."""
+    ANALYZE = "analyze"
+    """The analysis of the observation (no Kafka request), measured by whoever analyzes."""
+
+
 class PartitionVerification(StrEnum):
     """A broker's `transaction.partition.verification.enable` as DescribeConfigs answered it
     (docs/kafka-semantics.md#exposure); unknown (no answer) is None, not a member."""
@@ -256,6 +286,10 @@ class ClusterObservation:
     last_stable_offset_lag: Mapping[TopicPartition, int] = field(default_factory=dict)
     request_errors: tuple[RequestError, ...] = ()
     poll_duration_seconds: float = 0.0
+    poll_phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    """`PollPhase` value -> wall seconds of that phase in this poll. Phases that run at the
+    same time each count their own wall time (so they may add up to more than the poll). A
+    phase the poll did not reach (Metadata failed) is absent, never 0."""
     untracked_polls: Mapping[TxnKey, int] = field(default_factory=dict)
     """Per open transaction its coordinator was asked about in this poll and did not track
     (its partition not in the description, the id not found, or no id for the producer): on
@@ -429,6 +463,8 @@ class ClusterSnapshot:
     unobserved_partitions: int
     request_errors: tuple[RequestError, ...]
     poll_duration_seconds: float
+    poll_phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    """`ClusterObservation.poll_phase_seconds` of the poll."""
     unobserved_by_reason: Mapping[str, int] = field(default_factory=dict)
     """Unobserved partitions per `UnobservedReason` value (only reasons with a count)."""
     open_transactions_by_start_time_source: Mapping[str, int] = field(default_factory=dict)

@@ -345,10 +345,13 @@ class PollScheduler:
         try:
             if isinstance(observation, Exception):
                 raise observation
+            analyzing = time.monotonic()
             snapshot = job.analyze(observation)
             finished = time.monotonic()
             duration = finished - started
-            self._store.publish(snapshot, duration_seconds=duration)
+            self._store.publish(
+                snapshot, duration_seconds=duration, analyze_seconds=finished - analyzing
+            )
         except Exception as exc:
             duration = time.monotonic() - started
             error = f"{type(exc).__name__}: {exc}"

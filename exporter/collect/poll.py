@@ -42,6 +42,7 @@ from exporter.model import (
     Classification,
     ClusterObservation,
     OpenTransaction,
+    PollPhase,
     TopicPartition,
     TxnKey,
 )
@@ -151,7 +152,7 @@ class ClusterPoller:
         client.begin_poll()
         state = PollState(now_ms=self._clock_ms())
         try:
-            meta = await client.metadata()
+            meta = await state.timed(PollPhase.METADATA, client.metadata())
         except CollectError as exc:
             self.metadata_error = exc
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
@@ -169,18 +170,20 @@ class ClusterPoller:
                 transaction_states=None,
                 request_errors=tuple(state.request_errors),
                 poll_duration_seconds=time.monotonic() - started,
+                poll_phase_seconds=state.phase_seconds,
             )
         self.metadata_error = None
         state.unobserved.update(meta.leaderless)
 
+        timed = state.timed
         listed, _, _ = await asyncio.gather(
-            self._coordinators.list_transactions(meta, state),
-            self._producers.read(meta, state),
-            self._broker_config.refresh(meta, state),
+            timed(PollPhase.LIST_TRANSACTIONS, self._coordinators.list_transactions(meta, state)),
+            timed(PollPhase.DESCRIBE_PRODUCERS, self._producers.read(meta, state)),
+            timed(PollPhase.BROKER_CONFIGS, self._broker_config.refresh(meta, state)),
         )
         open_txns, offsets = await asyncio.gather(
-            self._start_times.resolve(meta, state),
-            self._lso.read(state),
+            timed(PollPhase.START_TIMES, self._start_times.resolve(meta, state)),
+            timed(PollPhase.LIST_OFFSETS, self._lso.read(state)),
         )
         late = self._late_rule(state.now_ms)
         seen_before = self._seen_open
@@ -201,7 +204,10 @@ class ClusterPoller:
                 or (self._also_ask is not None and self._also_ask(txn))
             )
 
-        coordinator_view = await self._coordinators.view(listed, open_txns, ask, meta, state)
+        coordinator_view = await timed(
+            PollPhase.DESCRIBE_TRANSACTIONS,
+            self._coordinators.view(listed, open_txns, ask, meta, state),
+        )
         self._start_times.evict_closed(state, meta)
         # Only answers given after a poll saw the transaction open count towards orphaned:
         # the listing may predate a transaction seen for the first time (one that looks late
@@ -241,8 +247,14 @@ class ClusterPoller:
             [*affected, *filter(old_enough, open_txns)], offsets
         )
         compacted_topics, group_offsets = await asyncio.gather(
-            self._topic_config.compacted({t.topic for t in affected}, meta, state),
-            self._groups.read(to_look_at, not_comparable, meta, state),
+            timed(
+                PollPhase.TOPIC_CONFIGS,
+                self._topic_config.compacted({t.topic for t in affected}, meta, state),
+            ),
+            timed(
+                PollPhase.CONSUMER_GROUPS,
+                self._groups.read(to_look_at, not_comparable, meta, state),
+            ),
         )
 
         return ClusterObservation(
@@ -260,6 +272,7 @@ class ClusterPoller:
             last_stable_offset_lag=offsets.lag,
             request_errors=tuple(state.request_errors),
             poll_duration_seconds=time.monotonic() - started,
+            poll_phase_seconds=state.phase_seconds,
             untracked_polls=untracked_polls,
             untracked_unknown=untracked_unknown,
             finalized_features=self._broker_config.finalized_features(),
