@@ -259,6 +259,22 @@ class ConsumerGroupOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class PollFocus:
+    """What earlier polls ask of the next one (`orphans.OrphanTracking.focus`): the poller
+    keeps no memory of its own of which transactions it saw."""
+
+    describe: frozenset[TxnKey] = frozenset()
+    """Open transactions seen open by the previous poll: if still open, their coordinators
+    are asked about them (DescribeTransactions) even while young, as the orphaned check needs
+    their answer on consecutive polls. A transaction seen for the first time is asked about
+    only once late or old enough (most end before the next poll)."""
+    orphaned_if_untracked: frozenset[TxnKey] = frozenset()
+    """Those of `describe` that one more "not tracked" answer makes orphaned: when this poll's
+    answer is "not tracked", their topics' configs and consumer groups are read as a late
+    transaction's are."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterObservation:
     """Everything one poll of one cluster learned; the input of `analyze`.
 
@@ -291,13 +307,15 @@ class ClusterObservation:
     same time each count their own wall time (so they may add up to more than the poll). A
     phase the poll did not reach (Metadata failed) is absent, never 0."""
     untracked_polls: Mapping[TxnKey, int] = field(default_factory=dict)
-    """Per open transaction its coordinator was asked about in this poll and did not track
+    """Filled by the orphan tracker (`exporter.orphans.track`), empty as the poller returns it.
+    Per open transaction its coordinator was asked about in this poll and did not track
     (its partition not in the description, the id not found, or no id for the producer): on
     how many consecutive polls, this one included, that was the answer for the same key.
     `rules.is_orphaned` says when that makes it orphaned."""
     untracked_unknown: frozenset[TxnKey] = frozenset()
-    """Open transactions asked about whose coordinator could not answer in this poll (loading,
-    moved, unreachable, APIs missing): whether they are orphaned is unknown."""
+    """Filled by the orphan tracker. Open transactions asked about whose coordinator could not
+    answer in this poll (loading, moved, unreachable, APIs missing), or whose answers have a
+    gap: whether they are orphaned is unknown."""
     finalized_features: FinalizedFeatures | None = None
     """The answer with the highest epoch among the brokers' ApiVersions; None when no broker
     reported finalized features (ApiVersions below v3, or epoch -1)."""
@@ -313,10 +331,11 @@ class ClusterObservation:
     """None when no group was looked up (no partition with a late or orphaned transaction, or
     one at least `blocked_groups_min_age_seconds` old)."""
     orphan_detection_warm: bool = False
-    """True when this poll's orphaned verdicts are complete: the poller asked coordinators on
-    enough consecutive polls (`rules.ORPHANED_AFTER_POLLS`) that a transaction untracked all
-    along is reported orphaned now. False after a start (and on a failed poll): an orphaned
-    transaction missing from this poll may still be open (the alert rules hold it)."""
+    """Filled by the orphan tracker. True when this poll's orphaned verdicts are complete:
+    coordinators were asked on enough consecutive polls (`rules.ORPHANED_AFTER_POLLS`) that a
+    transaction untracked all along is reported orphaned now. False after a start (and on a
+    failed poll): an orphaned transaction missing from this poll may still be open (the alert
+    rules hold it)."""
 
 
 @dataclass(frozen=True, slots=True)
