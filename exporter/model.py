@@ -287,6 +287,9 @@ class ClusterObservation:
     brokers: tuple[BrokerStatus, ...]
     leaders: Mapping[TopicPartition, int]
     open_transactions: tuple[OpenTransaction, ...]
+    metadata_answered: bool = True
+    """False when no broker answered Metadata: the poll stopped there and is no evidence of
+    anything (the orphan tracker's counts stand)."""
     unobserved: Mapping[TopicPartition, str] = field(default_factory=dict)
     transactional_ids: Mapping[int, str] = field(default_factory=dict)
     """producer_id -> transactional_id, from ListTransactions with ProducerIdFilters."""

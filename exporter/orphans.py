@@ -81,7 +81,7 @@ def track(
 
     A poll whose Metadata failed (no broker answered) is no evidence: the counts stand, and
     what is first seen next is undecided (it may have been open through this poll)."""
-    if not observation.brokers:
+    if not observation.metadata_answered:
         return replace(previous, unobserved_before=None), observation
     open_txns = observation.open_transactions
     unobserved = observation.unobserved

@@ -40,7 +40,8 @@ def answered(*txns: OpenTransaction, tracked: bool = False, complete: bool = Tru
 
 
 FAILED = ClusterObservation(cluster="c", observed_at_ms=NOW_MS, brokers=(), leaders={},
-                            open_transactions=(), coordinator_view_complete=False)
+                            open_transactions=(), metadata_answered=False,
+                            coordinator_view_complete=False)
 
 
 def run(state: OrphanTracking, *polls: ClusterObservation) -> tuple[

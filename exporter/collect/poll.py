@@ -148,6 +148,7 @@ class ClusterPoller:
                 brokers=(),
                 leaders={},
                 open_transactions=(),
+                metadata_answered=False,
                 coordinator_view_complete=False,
                 transaction_states=None,
                 request_errors=tuple(state.request_errors),
