@@ -32,9 +32,11 @@ TOGETHER = (
     {PollPhase.START_TIMES, PollPhase.LIST_OFFSETS},
     {PollPhase.TOPIC_CONFIGS, PollPhase.CONSUMER_GROUPS},
 )
-"""Phases sent at the same time. A broker answers a connection's requests in order, so a slow
-answer may also hold up a request sent behind it on the same connection by a phase running at
-the same time: only phases that do not run alongside the slow one are asserted unaffected."""
+"""Phases sent at the same time. A broker answers a connection's requests in order
+(docs/kafka-semantics.md#wire-behaviour), so a slow answer also holds up a request sent behind
+it on the same connection by a phase running at the same time (measured: `broker_configs`
+beside a slow `describe_producers`): only phases that do not run alongside the slow one are
+asserted unaffected."""
 
 COLLECT_PHASES = {p.value for p in PollPhase if p is not PollPhase.ANALYZE}
 
