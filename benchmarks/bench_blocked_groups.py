@@ -48,7 +48,7 @@ def child(partitions: int, late: int, open_txns: int, groups: int, repeat: int) 
     from kafka_sim.seed import seed_hanging_transaction, seed_open_transaction
 
     from exporter.analyze import analyze
-    from exporter.collect.poll import ClusterPoller
+    from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
 
     if late + open_txns > partitions:
@@ -90,8 +90,8 @@ def child(partitions: int, late: int, open_txns: int, groups: int, repeat: int) 
         router.handle = counting
         settings = ClusterSettings(name="bench", bootstrap_servers=tuple(
             sim.bootstrap_servers.split(",")), request_timeout_seconds=30.0)
-        poller = ClusterPoller(settings)
-        lookup = poller._groups.read
+        poller = ClusterObserver(settings)
+        lookup = poller.poller._groups.read
 
         async def no_lookup(*_args: Any) -> None:
             return None
@@ -104,7 +104,7 @@ def child(partitions: int, late: int, open_txns: int, groups: int, repeat: int) 
             blocked = 0
             for _ in range(repeat):
                 for variant in ("with_groups", "without_groups"):
-                    poller._groups.read = lookup if variant == "with_groups" else no_lookup  # type: ignore[method-assign]
+                    poller.poller._groups.read = lookup if variant == "with_groups" else no_lookup  # type: ignore[method-assign]
                     counts.clear()
                     started = time.thread_time()
                     obs = poller.poll()

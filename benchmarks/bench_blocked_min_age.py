@@ -56,7 +56,7 @@ def child(scenario: str, partitions: int, open_txns: int, groups: int, repeat: i
     from kafka_sim.seed import seed_open_transaction
 
     from exporter.analyze import analyze
-    from exporter.collect.poll import ClusterPoller
+    from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
 
     if open_txns > partitions:
@@ -95,7 +95,7 @@ def child(scenario: str, partitions: int, open_txns: int, groups: int, repeat: i
             "min_age": base,
             "baseline": replace(base, blocked_groups_min_age_seconds=MAX_MIN_AGE_SECONDS),
         }
-        pollers = {v: ClusterPoller(s, clock_ms=sim.clock.now_ms) for v, s in settings.items()}
+        pollers = {v: ClusterObserver(s, clock_ms=sim.clock.now_ms) for v, s in settings.items()}
         try:
             for poller in pollers.values():
                 poller.poll()  # cold: connections, start-time Fetches

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import structlog
 
     from exporter.analyze import analyze
-    from exporter.collect import ClusterPoller
+    from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
     from exporter.snapshots import SnapshotStore
 
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tracemalloc.start()
     settings = ClusterSettings(name="bench", bootstrap_servers=(info["bootstrap"],),
                                request_timeout_seconds=args.request_timeout)
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     store = SnapshotStore([settings])
     samples: list[dict[str, Any]] = []
     snapshots: dict[str, Any] = {}
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 gc.collect()
                 snapshots["before"] = tracemalloc.take_snapshot()
             if args.drop_parse:
-                poller._client._last_full_metadata = None
+                poller.poller._client._last_full_metadata = None
             else:
                 sim.stdin.write("move\n")
                 sim.stdin.flush()

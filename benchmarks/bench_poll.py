@@ -57,7 +57,8 @@ KAFKA_PYTHON_CALLS = (
     "list_partition_offsets x2 (READ_UNCOMMITTED, READ_COMMITTED) on partitions with open txns"
 )
 OURS_CALLS = (
-    "ClusterPoller.poll() then analyze() and SnapshotStore.publish(): Metadata, "
+    "ClusterObserver.poll() (poller and orphan tracker) then analyze() and "
+    "SnapshotStore.publish(): Metadata, "
     "DescribeProducers (batches of 500 per leader), "
     "ListTransactions (all brokers), DescribeConfigs (transaction.max.timeout.ms, cold only), "
     "Fetch per leader for new open txns (100 partitions each, cold only), "
@@ -131,7 +132,7 @@ def poll_ours(
     import structlog
 
     from exporter.analyze import analyze
-    from exporter.collect import ClusterPoller
+    from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
     from exporter.snapshots import SnapshotStore
 
@@ -140,7 +141,7 @@ def poll_ours(
         name="bench", bootstrap_servers=(bootstrap,), request_timeout_seconds=120.0
     )
     rss_before = common.rss_mib()
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     store = SnapshotStore([settings])
     phases: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
@@ -167,7 +168,7 @@ def poll_ours(
     hwm_after_polls = common.hwm_mib()
     # A warm poll whose Metadata answer changed (a leader moved, a topic was created): the
     # client's parse of the last answer is dropped, so Metadata is decoded and parsed again.
-    poller._client._last_full_metadata = None
+    poller.poller._client._last_full_metadata = None
     meter = _Meter()
     store.publish(analyze(poller.poll(), settings))
     metadata_reparsed = meter.stop()

@@ -84,13 +84,13 @@ def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
     import structlog
 
     from exporter.analyze import analyze
-    from exporter.collect import ClusterPoller
+    from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
     from exporter.snapshots import SnapshotStore
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
     settings = ClusterSettings(name="bench", bootstrap_servers=(bootstrap,))
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     store = SnapshotStore([settings])
     records = []
     for _ in range(polls):

@@ -61,7 +61,7 @@ from kafka_sim.seed import (
 
 from exporter.collect import connection as connection_module
 from exporter.collect import fastdecode
-from exporter.collect.poll import ClusterPoller
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 
 PER_TOPIC = 100
@@ -192,7 +192,7 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
             between: Callable[[], None] | None = None) -> dict[str, Any]:
     settings = ClusterSettings(name="bench", bootstrap_servers=tuple(
         sim.bootstrap_servers.split(",")), request_timeout_seconds=300.0)
-    poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms,
+    poller = ClusterObserver(settings, clock_ms=sim.clock.now_ms,
                            screen_crowded_partitions=screening)
     rows: list[dict[str, Any]] = []
     try:

@@ -70,7 +70,7 @@ from kafka_sim.realkafka import KafkaInstall, RealKafkaCluster
 from kafka_sim.routing import RawCluster
 from kafka_sim.seed import skewed_state_counts
 
-from exporter.collect.poll import ClusterPoller
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 
 TOPIC = "states"
@@ -309,17 +309,17 @@ def idle_cpu_rate(pid: int, seconds: float) -> float:
     return (jvm_cpu_s(pid)["total"] - cpu0) / (time.perf_counter() - wall0)
 
 
-def new_poller(cluster: RealKafkaCluster, screening: bool) -> ClusterPoller:
+def new_poller(cluster: RealKafkaCluster, screening: bool) -> ClusterObserver:
     settings = ClusterSettings(
         name="bench-real",
         bootstrap_servers=tuple(cluster.bootstrap.split(",")),
         request_timeout_seconds=300.0,
     )
-    return ClusterPoller(settings, screen_crowded_partitions=screening)
+    return ClusterObserver(settings, screen_crowded_partitions=screening)
 
 
 def cold_poll(
-    poller: ClusterPoller, traffic: Traffic, between: Callable[[], None]
+    poller: ClusterObserver, traffic: Traffic, between: Callable[[], None]
 ) -> dict[str, float]:
     """The first poll: connections, metadata, counts learnt."""
     between()
@@ -330,7 +330,7 @@ def cold_poll(
 
 
 def measure(
-    cluster: RealKafkaCluster, poller: ClusterPoller, polls: int, traffic: Traffic,
+    cluster: RealKafkaCluster, poller: ClusterObserver, polls: int, traffic: Traffic,
     cold: dict[str, float], between: Callable[[], None],
 ) -> dict[str, Any]:
     """`polls` warm polls of one strategy in a row, between two JmxTool reads and after an

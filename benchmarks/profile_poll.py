@@ -170,12 +170,12 @@ def _shape_check_seconds(responses: list[Any]) -> float | None:
 def child(bootstrap: str, partitions: int, top: int) -> dict[str, Any]:
     import structlog
 
-    from exporter.collect import ClusterPoller
     from exporter.collect.loop import run as run_on_loop
+    from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
-    poller = ClusterPoller(
+    poller = ClusterObserver(
         ClusterSettings(name="profile", bootstrap_servers=(bootstrap,),
                         request_timeout_seconds=120.0)
     )
@@ -191,8 +191,8 @@ def child(bootstrap: str, partitions: int, top: int) -> dict[str, Any]:
                      "gc_collections": meter.collections, "gc_gen2_collections": meter.gen2})
     # A warm poll whose Metadata answer changed: the client's parse of the last one dropped.
     reparsed: dict[str, float] = {}
-    if hasattr(poller._client, "_last_full_metadata"):
-        poller._client._last_full_metadata = None
+    if hasattr(poller.poller._client, "_last_full_metadata"):
+        poller.poller._client._last_full_metadata = None
         meter.reset()
         t = time.process_time()
         poller.poll()
@@ -210,7 +210,7 @@ def child(bootstrap: str, partitions: int, top: int) -> dict[str, Any]:
         # cProfile sees the thread that enables it: the polling loop's, where the poll runs.
         profiler.enable()
         try:
-            await poller._poll()
+            await poller.poll_async()
         finally:
             profiler.disable()
 

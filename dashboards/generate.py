@@ -1386,6 +1386,27 @@ def health_dashboard() -> dash_m.Dashboard:
     board = board.with_panel(
         _timeseries(
             ids,
+            "Poll phases",
+            "Where the last poll spent its time, by phase (named by its Kafka requests: "
+            "metadata, describe_producers, list_transactions, broker_configs, start_times, "
+            "list_offsets, describe_transactions, topic_configs, consumer_groups, analyze); "
+            "the slowest replica's. Phases that run at the same time each count their own "
+            "wall time. A slow describe_producers points at the partition leaders, a slow "
+            "describe_transactions or list_transactions at the transaction coordinators.",
+            [
+                _query(
+                    "max by (cluster, phase) "
+                    f"(kafka_txn_exporter_poll_phase_duration_seconds{{{CLUSTER}}})",
+                    "{{cluster}} {{phase}}",
+                    "A",
+                ),
+            ],
+            SECONDS,
+        )
+    )
+    board = board.with_panel(
+        _timeseries(
+            ids,
             "Request errors by API and error",
             "Failed Kafka requests and per-item errors per second, by broker, API and Kafka "
             "error name (summed over replicas). TOPIC_AUTHORIZATION_FAILED on "

@@ -10,8 +10,8 @@ rules themselves live in `exporter.rules`):
   hide behind a later write; every open transaction on a partition counts, not only the lowest.
 - "hanging" is step 5 of the reference `kafka-transactions.sh find-hanging` algorithm.
 - "orphaned" (#orphaned) is the same step-5 answer, "not tracked", given by the coordinator on
-  two consecutive polls for the same open transaction: the collect side keeps the count
-  (`next_untracked_polls`), this module reports it.
+  two consecutive polls for the same open transaction: the orphan tracker (`exporter.orphans`)
+  keeps the count across polls, this module reports it.
 - a consumer group is "blocked" by an open transaction when its committed offset on the
   partition equals the last stable offset (the transaction's start offset) while the high
   watermark is beyond it (#blocked-groups); read for late and orphaned transactions and for
@@ -39,7 +39,6 @@ from exporter.model import (
     TopicPartition,
     TransactionDescription,
     TwoPhaseTransaction,
-    TxnKey,
     UnobservedReason,
 )
 from exporter.rules import (
@@ -52,6 +51,7 @@ from exporter.rules import (
     is_two_phase_timeout,
     transaction_age_ms,
 )
+from exporter.rules import classify as classify
 from exporter.settings import ClusterSettings
 
 TRANSACTION_VERSION_FEATURE = "transaction.version"
@@ -62,7 +62,6 @@ __all__ = [
     "analyze",
     "blocked_groups",
     "blocking_classification",
-    "carried_counts",
     "classify",
     "committed_by_partition",
     "effective_max_timeout_ms",
@@ -71,8 +70,6 @@ __all__ = [
     "is_two_phase",
     "late_transactions",
     "max_timeout_by_broker",
-    "next_untracked_polls",
-    "orphaned_transactions",
     "reported_applications",
     "transaction_age_ms",
     "unobserved_reason",
@@ -106,35 +103,6 @@ def unobserved_reason(detail: str) -> UnobservedReason:
         return UnobservedReason.ERROR
 
 
-def classify(
-    open_txn: OpenTransaction,
-    transactional_ids: Mapping[int, str],
-    descriptions: Mapping[str, TransactionDescription | None],
-    coordinator_view_complete: bool,
-) -> Classification:
-    """Reference find-hanging step 5 for one (late) open transaction.
-
-    Hanging when the producer id maps to no transactional id, or the id has no description
-    (TRANSACTIONAL_ID_NOT_FOUND, stored as None), or the partition is not among the
-    description's topic partitions; otherwise the coordinator still tracks it.
-    Unknown where the answer is missing rather than "no": an unmapped producer while some
-    coordinator's listing is missing (`coordinator_view_complete` False: its id may live
-    there), or a mapped id whose description could not be obtained (absent from
-    `descriptions`).
-    """
-    transactional_id = transactional_ids.get(open_txn.producer_id)
-    if transactional_id is None:
-        return Classification.HANGING if coordinator_view_complete else Classification.UNKNOWN
-    if transactional_id not in descriptions:
-        return Classification.UNKNOWN
-    description = descriptions[transactional_id]
-    if description is None:
-        return Classification.HANGING
-    if TopicPartition(open_txn.topic, open_txn.partition) not in description.topic_partitions:
-        return Classification.HANGING
-    return Classification.COORDINATOR_TRACKED
-
-
 def is_two_phase(
     open_txn: OpenTransaction,
     transactional_ids: Mapping[int, str],
@@ -153,50 +121,6 @@ def is_two_phase(
         and is_two_phase_timeout(description.transaction_timeout_ms)
         and TopicPartition(open_txn.topic, open_txn.partition) in description.topic_partitions
     )
-
-
-def next_untracked_polls(
-    previous: Mapping[TxnKey, int], answers: Mapping[TxnKey, Classification]
-) -> tuple[dict[TxnKey, int], frozenset[TxnKey]]:
-    """This poll's consecutive not-tracked counts, from the previous poll's and this poll's
-    coordinator answers (`classify` of each transaction asked about: HANGING = not tracked).
-
-    A key not asked about this poll is dropped (not seen open, or not asked): the count
-    restarts. "Tracked" resets it, so only "not tracked" answers make an orphan. An unknown
-    answer (the check was interrupted: an error, a coordinator loading or moving) is not
-    evidence either way: the key is undecided, so its broker's count is absent,
-    and its count is neither advanced nor reset. Returns the counts of the keys answered not
-    tracked this poll, and the undecided keys; `carried_counts` gives the undecided keys'
-    counts to remember for the next poll."""
-    counts: dict[TxnKey, int] = {}
-    undecided: set[TxnKey] = set()
-    for key, answer in answers.items():
-        if answer is Classification.HANGING:
-            counts[key] = previous.get(key, 0) + 1
-        elif answer is Classification.UNKNOWN:
-            undecided.add(key)
-    return counts, frozenset(undecided)
-
-
-def carried_counts(
-    previous: Mapping[TxnKey, int], counts: Mapping[TxnKey, int], carried: Iterable[TxnKey]
-) -> dict[TxnKey, int]:
-    """The not-tracked counts to remember for the next poll: this poll's, plus the previous
-    count of each key whose check was interrupted (`carried`), so a transaction already
-    orphaned is orphaned again at the first successful check."""
-    memory = dict(counts)
-    for key in carried:
-        if key not in memory and key in previous:
-            memory[key] = previous[key]
-    return memory
-
-
-def orphaned_transactions(
-    open_transactions: Iterable[OpenTransaction], untracked_polls: Mapping[TxnKey, int]
-) -> list[OpenTransaction]:
-    """The open transactions that are orphaned (late or not): what a caller that acts on
-    them (e.g. a consumer-group lookup) asks about besides the late ones."""
-    return [t for t in open_transactions if is_orphaned(untracked_polls.get(t.key, 0))]
 
 
 CommittedByPartition = Mapping[TopicPartition, list[CommittedOffset]]
@@ -492,6 +416,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         unobserved_partitions=len(obs.unobserved),
         request_errors=obs.request_errors,
         poll_duration_seconds=obs.poll_duration_seconds,
+        poll_phase_seconds=dict(obs.poll_phase_seconds),
         unobserved_by_reason=dict(sorted(by_reason.items())),
         open_transactions_by_start_time_source=dict(sorted(by_source.items())),
         orphaned_transactions=tuple(orphaned),

@@ -189,6 +189,13 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cluster",),
     ),
     MetricSpec(
+        "kafka_txn_exporter_poll_phase_duration_seconds", "gauge",
+        "Seconds the last poll of the cluster spent in each phase (named by its Kafka "
+        "requests; phases that run concurrently each count their own wall time). A phase the "
+        "poll did not reach has no series.",
+        ("cluster", "phase"),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_poll_overruns_total", "counter",
         "Polls of the cluster still running when the next one was due (the scheduler skipped "
         "runs): the poll interval is too short for the cluster or a broker answers slowly.",

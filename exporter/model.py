@@ -136,6 +136,36 @@ class UnobservedReason(StrEnum):
     """Any other per-partition or request error."""
 
 
+class PollPhase(StrEnum):
+    """The steps of one poll, named by the Kafka requests each sends, for
+    `kafka_txn_exporter_poll_phase_duration_seconds`: where a slow poll spends its time."""
+
+    METADATA = "metadata"
+    """Metadata: brokers, leaders (the whole poll stops here when no broker answers)."""
+    LIST_TRANSACTIONS = "list_transactions"
+    """ListTransactions on every broker (each coordinates a slice of the transactional ids)."""
+    DESCRIBE_PRODUCERS = "describe_producers"
+    """DescribeProducers on every leader, with the screening of crowded partitions (Fetch
+    session, ListOffsets) and the Metadata asked again when a leader moved."""
+    BROKER_CONFIGS = "broker_configs"
+    """DescribeConfigs of brokers (transaction.max.timeout.ms, partition verification) and
+    ApiVersions' finalized features, when due."""
+    START_TIMES = "start_times"
+    """Fetch of the record batch at each new open transaction's start offset."""
+    LIST_OFFSETS = "list_offsets"
+    """ListOffsets (last stable offset and high watermark) of partitions with an open
+    transaction."""
+    DESCRIBE_TRANSACTIONS = "describe_transactions"
+    """FindCoordinator and DescribeTransactions for the transactional ids asked about."""
+    TOPIC_CONFIGS = "topic_configs"
+    """DescribeConfigs of the topics of late and orphaned transactions, when due."""
+    CONSUMER_GROUPS = "consumer_groups"
+    """ListGroups, FindCoordinator and OffsetFetch for partitions with a transaction old,
+    late or orphaned enough to look at."""
+    ANALYZE = "analyze"
+    """The analysis of the observation (no Kafka request), measured by whoever analyzes."""
+
+
 class PartitionVerification(StrEnum):
     """A broker's `transaction.partition.verification.enable` as DescribeConfigs answered it
     (docs/kafka-semantics.md#exposure); unknown (no answer) is None, not a member."""
@@ -229,6 +259,22 @@ class ConsumerGroupOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class PollFocus:
+    """What earlier polls ask of the next one (`orphans.OrphanTracking.focus`): the poller
+    keeps no memory of its own of which transactions it saw."""
+
+    describe: frozenset[TxnKey] = frozenset()
+    """Open transactions seen open by the previous poll: if still open, their coordinators
+    are asked about them (DescribeTransactions) even while young, as the orphaned check needs
+    their answer on consecutive polls. A transaction seen for the first time is asked about
+    only once late or old enough (most end before the next poll)."""
+    orphaned_if_untracked: frozenset[TxnKey] = frozenset()
+    """Those of `describe` that one more "not tracked" answer makes orphaned: when this poll's
+    answer is "not tracked", their topics' configs and consumer groups are read as a late
+    transaction's are."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterObservation:
     """Everything one poll of one cluster learned; the input of `analyze`.
 
@@ -241,6 +287,9 @@ class ClusterObservation:
     brokers: tuple[BrokerStatus, ...]
     leaders: Mapping[TopicPartition, int]
     open_transactions: tuple[OpenTransaction, ...]
+    metadata_answered: bool = True
+    """False when no broker answered Metadata: the poll stopped there and is no evidence of
+    anything (the orphan tracker's counts stand)."""
     unobserved: Mapping[TopicPartition, str] = field(default_factory=dict)
     transactional_ids: Mapping[int, str] = field(default_factory=dict)
     """producer_id -> transactional_id, from ListTransactions with ProducerIdFilters."""
@@ -256,14 +305,20 @@ class ClusterObservation:
     last_stable_offset_lag: Mapping[TopicPartition, int] = field(default_factory=dict)
     request_errors: tuple[RequestError, ...] = ()
     poll_duration_seconds: float = 0.0
+    poll_phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    """`PollPhase` value -> wall seconds of that phase in this poll. Phases that run at the
+    same time each count their own wall time (so they may add up to more than the poll). A
+    phase the poll did not reach (Metadata failed) is absent, never 0."""
     untracked_polls: Mapping[TxnKey, int] = field(default_factory=dict)
-    """Per open transaction its coordinator was asked about in this poll and did not track
+    """Filled by the orphan tracker (`exporter.orphans.track`), empty as the poller returns it.
+    Per open transaction its coordinator was asked about in this poll and did not track
     (its partition not in the description, the id not found, or no id for the producer): on
     how many consecutive polls, this one included, that was the answer for the same key.
     `rules.is_orphaned` says when that makes it orphaned."""
     untracked_unknown: frozenset[TxnKey] = frozenset()
-    """Open transactions asked about whose coordinator could not answer in this poll (loading,
-    moved, unreachable, APIs missing): whether they are orphaned is unknown."""
+    """Filled by the orphan tracker. Open transactions asked about whose coordinator could not
+    answer in this poll (loading, moved, unreachable, APIs missing), or whose answers have a
+    gap: whether they are orphaned is unknown."""
     finalized_features: FinalizedFeatures | None = None
     """The answer with the highest epoch among the brokers' ApiVersions; None when no broker
     reported finalized features (ApiVersions below v3, or epoch -1)."""
@@ -279,10 +334,11 @@ class ClusterObservation:
     """None when no group was looked up (no partition with a late or orphaned transaction, or
     one at least `blocked_groups_min_age_seconds` old)."""
     orphan_detection_warm: bool = False
-    """True when this poll's orphaned verdicts are complete: the poller asked coordinators on
-    enough consecutive polls (`rules.ORPHANED_AFTER_POLLS`) that a transaction untracked all
-    along is reported orphaned now. False after a start (and on a failed poll): an orphaned
-    transaction missing from this poll may still be open (the alert rules hold it)."""
+    """Filled by the orphan tracker. True when this poll's orphaned verdicts are complete:
+    coordinators were asked on enough consecutive polls (`rules.ORPHANED_AFTER_POLLS`) that a
+    transaction untracked all along is reported orphaned now. False after a start (and on a
+    failed poll): an orphaned transaction missing from this poll may still be open (the alert
+    rules hold it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +485,8 @@ class ClusterSnapshot:
     unobserved_partitions: int
     request_errors: tuple[RequestError, ...]
     poll_duration_seconds: float
+    poll_phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    """`ClusterObservation.poll_phase_seconds` of the poll."""
     unobserved_by_reason: Mapping[str, int] = field(default_factory=dict)
     """Unobserved partitions per `UnobservedReason` value (only reasons with a count)."""
     open_transactions_by_start_time_source: Mapping[str, int] = field(default_factory=dict)

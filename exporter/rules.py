@@ -1,5 +1,6 @@
-"""The lateness rules, shared by collect (which transactions to ask the coordinator about)
-and analyze (what to report). Pure: no I/O, no state.
+"""The lateness rules and find-hanging's step 5 (`classify`), shared by collect (which
+transactions to ask the coordinator about), the orphan tracker and analyze (what to report).
+Pure: no I/O, no state.
 
 "Late" is the broker's `PartitionsWithLateTransactionsCount` rule (now - T >
 transaction.max.timeout.ms + buffer) with T = the transaction's start; see
@@ -8,7 +9,15 @@ docs/kafka-semantics.md#late-transactions.
 
 from __future__ import annotations
 
-from exporter.model import OpenTransaction, StartTimeSource
+from collections.abc import Mapping
+
+from exporter.model import (
+    Classification,
+    OpenTransaction,
+    StartTimeSource,
+    TopicPartition,
+    TransactionDescription,
+)
 from exporter.settings import ClusterSettings
 
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
@@ -87,3 +96,32 @@ def start_time(
     if 0 <= last_timestamp_ms <= first_seen_ms:
         return last_timestamp_ms, StartTimeSource.LAST_TIMESTAMP
     return first_seen_ms, StartTimeSource.FIRST_SEEN
+
+
+def classify(
+    open_txn: OpenTransaction,
+    transactional_ids: Mapping[int, str],
+    descriptions: Mapping[str, TransactionDescription | None],
+    coordinator_view_complete: bool,
+) -> Classification:
+    """Reference find-hanging step 5 for one (late) open transaction.
+
+    Hanging when the producer id maps to no transactional id, or the id has no description
+    (TRANSACTIONAL_ID_NOT_FOUND, stored as None), or the partition is not among the
+    description's topic partitions; otherwise the coordinator still tracks it.
+    Unknown where the answer is missing rather than "no": an unmapped producer while some
+    coordinator's listing is missing (`coordinator_view_complete` False: its id may live
+    there), or a mapped id whose description could not be obtained (absent from
+    `descriptions`).
+    """
+    transactional_id = transactional_ids.get(open_txn.producer_id)
+    if transactional_id is None:
+        return Classification.HANGING if coordinator_view_complete else Classification.UNKNOWN
+    if transactional_id not in descriptions:
+        return Classification.UNKNOWN
+    description = descriptions[transactional_id]
+    if description is None:
+        return Classification.HANGING
+    if TopicPartition(open_txn.topic, open_txn.partition) not in description.topic_partitions:
+        return Classification.HANGING
+    return Classification.COORDINATOR_TRACKED

@@ -47,7 +47,7 @@ from exporter.rules import ORPHANED_AFTER_POLLS
 from exporter.settings import ClusterSettings
 
 if TYPE_CHECKING:
-    from exporter.collect.poll import ClusterPoller
+    from exporter.observe import ClusterObserver
 
 EXIT_OK = 0
 EXIT_HANGING = 1
@@ -154,9 +154,9 @@ def scan_cluster(
     sleep: Callable[[float], None] = time.sleep,
 ) -> ClusterSnapshot:
     """Poll + analyze one cluster with the orphan check of `poll_with_orphan_check`."""
-    from exporter.collect.poll import ClusterPoller
+    from exporter.observe import ClusterObserver
 
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     try:
         snapshot = poll_with_orphan_check(poller, settings, orphan_check_seconds, sleep)[1]
         if not snapshot.up:
@@ -167,7 +167,7 @@ def scan_cluster(
 
 
 def poll_with_orphan_check(
-    poller: ClusterPoller,
+    poller: ClusterObserver,
     settings: ClusterSettings,
     orphan_check_seconds: float,
     sleep: Callable[[float], None] = time.sleep,

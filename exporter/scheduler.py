@@ -143,16 +143,17 @@ def make_cluster_job(
     settings: ClusterSettings,
     record: Callable[[ClusterObservation, ClusterSnapshot], None] | None = None,
 ) -> ClusterJob:
-    """Wire the real ClusterPoller and analyze for one cluster."""
+    """Wire the real ClusterPoller, the orphan tracker and analyze for one cluster."""
     from exporter.analyze import analyze
-    from exporter.collect.poll import ClusterPoller
+    from exporter.observe import ClusterObserver
 
-    poller = ClusterPoller(settings)
+    # Poll, then the orphan tracker (on the polling loop), then analyze (on the pool).
+    observer = ClusterObserver(settings)
     return ClusterJob(
         settings=settings,
-        poll=poller.poll_async,
+        poll=observer.poll_async,
         analyze=lambda obs: analyze(obs, settings),
-        close=poller.close,
+        close=observer.close,
         record=record,
     )
 
@@ -345,10 +346,13 @@ class PollScheduler:
         try:
             if isinstance(observation, Exception):
                 raise observation
+            analyzing = time.monotonic()
             snapshot = job.analyze(observation)
             finished = time.monotonic()
             duration = finished - started
-            self._store.publish(snapshot, duration_seconds=duration)
+            self._store.publish(
+                snapshot, duration_seconds=duration, analyze_seconds=finished - analyzing
+            )
         except Exception as exc:
             duration = time.monotonic() - started
             error = f"{type(exc).__name__}: {exc}"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from exporter.model import ClusterSnapshot
+from exporter.model import ClusterSnapshot, PollPhase
 from exporter.settings import ClusterSettings
 
 POLL_DURATION_BUCKETS_SECONDS: tuple[float, ...] = (
@@ -47,6 +47,9 @@ class ClusterState:
     """The cluster's configured poll interval (None when the store was built without one)."""
     poll_overruns: int = 0
     """Polls still running when their next run was due (or longer than the interval)."""
+    poll_phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    """The last poll's seconds per `PollPhase` value (its analysis included when measured);
+    empty after a poll that raised: no phase is known then."""
 
     @property
     def ever_succeeded(self) -> bool:
@@ -142,8 +145,10 @@ class SnapshotStore:
         snapshot: ClusterSnapshot,
         duration_seconds: float | None = None,
         now_seconds: float | None = None,
+        analyze_seconds: float | None = None,
     ) -> None:
-        """Make `snapshot` the cluster's current one (and count its poll and errors)."""
+        """Make `snapshot` the cluster's current one (and count its poll and errors);
+        `analyze_seconds`: how long its analysis took (the `analyze` phase), when measured."""
         duration = snapshot.poll_duration_seconds if duration_seconds is None else duration_seconds
         with self._write_lock:
             if snapshot.cluster in self._retired:
@@ -153,6 +158,9 @@ class SnapshotStore:
             for err in snapshot.request_errors:
                 key = (str(err.broker_id), err.api, err.error)
                 errors[key] = errors.get(key, 0) + 1
+            phases = dict(snapshot.poll_phase_seconds)
+            if analyze_seconds is not None:
+                phases[PollPhase.ANALYZE.value] = analyze_seconds
             last_ok = old.last_successful_poll_timestamp_seconds
             if snapshot.up:
                 last_ok = time.time() if now_seconds is None else now_seconds
@@ -163,6 +171,7 @@ class SnapshotStore:
                 last_successful_poll_timestamp_seconds=last_ok,
                 last_error=None if snapshot.up else "cluster not reachable",
                 request_errors_total=MappingProxyType(errors),
+                poll_phase_seconds=MappingProxyType(phases),
             )
             self._swap(snapshot.cluster, new)
         self._changed(snapshot.cluster)
@@ -174,7 +183,7 @@ class SnapshotStore:
                 return
             old = self._get(cluster)
             new = replace(_observe(old, duration_seconds), snapshot=None, up=False,
-                          last_error=error)
+                          last_error=error, poll_phase_seconds=MappingProxyType({}))
             self._swap(cluster, new)
         self._changed(cluster)
 

@@ -14,8 +14,8 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka_sim.cluster import SimCluster
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.model import ClusterObservation, ClusterSnapshot
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 
 CAPTURE_BROKER_CONFIG = {
@@ -61,9 +61,10 @@ def cluster_settings(sim: SimCluster, name: str, **settings: Any) -> ClusterSett
 
 
 @contextmanager
-def cluster_poller(sim: SimCluster, settings: ClusterSettings) -> Iterator[ClusterPoller]:
-    """A ClusterPoller on the simulator's clock, closed afterwards."""
-    poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
+def cluster_poller(sim: SimCluster, settings: ClusterSettings) -> Iterator[ClusterObserver]:
+    """A ClusterObserver (poller and orphan tracker) on the simulator's clock, closed
+    afterwards."""
+    poller = ClusterObserver(settings, clock_ms=sim.clock.now_ms)
     try:
         yield poller
     finally:
@@ -80,7 +81,7 @@ def poll_once(sim: SimCluster, settings: ClusterSettings) -> ClusterObservation:
 class PollEnv(SimEnv):
     """A SimCluster with one long-lived poller (its connections and caches persist)."""
 
-    poller: ClusterPoller
+    poller: ClusterObserver
     settings: ClusterSettings
 
     def poll(self) -> tuple[ClusterObservation, ClusterSnapshot]:

@@ -17,8 +17,6 @@ from exporter.analyze import (
     classify,
     effective_max_timeout_ms,
     is_late,
-    next_untracked_polls,
-    orphaned_transactions,
 )
 from exporter.model import (
     BrokerStatus,
@@ -34,6 +32,7 @@ from exporter.model import (
     TransactionDescription,
     UnobservedReason,
 )
+from exporter.orphans import next_untracked_polls, orphaned_transactions
 from exporter.settings import ClusterSettings
 
 NOW_MS = 1_800_000_000_000

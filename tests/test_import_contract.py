@@ -1,8 +1,10 @@
 """The layers of `exporter/`, enforced on its source (every import, module level or lazy).
 
-- `model`, `settings`, `analyze` and `metrics` are pure: no I/O library, directly or through
-  another exporter module.
+- `model`, `settings`, `rules`, `orphans`, `analyze` and `metrics` are pure: no I/O library,
+  directly or through another exporter module.
 - `collect` never imports `expose` (data flows collect -> model -> analyze -> expose).
+- `collect` never imports `analyze` nor the orphan tracker (`orphans`): the poller reports
+  what Kafka answered; verdicts and the memory across polls come after it.
 - Only `demo` and the `sim` command (in `cli`) import the simulator (`kafka_sim`).
 - No import cycles between exporter modules.
 - `scan` and `--version` load neither the HTTP server nor the scheduler.
@@ -21,7 +23,10 @@ from pathlib import Path
 import exporter
 
 PACKAGE_DIR = Path(exporter.__file__).parent
-PURE_MODULES = ("exporter.model", "exporter.settings", "exporter.analyze", "exporter.metrics")
+PURE_MODULES = (
+    "exporter.model", "exporter.settings", "exporter.rules", "exporter.orphans",
+    "exporter.analyze", "exporter.metrics",
+)
 IO_LIBRARIES = frozenset({
     "socket", "ssl", "asyncio", "selectors", "http", "urllib", "wsgiref", "socketserver",
     "subprocess", "kafka", "prometheus_client", "structlog", "apscheduler", "logging", "yaml",
@@ -120,6 +125,16 @@ def test_collect_does_not_import_expose() -> None:
             if imported == "exporter.expose" or imported.startswith("exporter.expose."):
                 problems.append(" -> ".join(chain))
     assert not problems, "collect reaches expose:\n" + "\n".join(sorted(problems))
+
+
+def test_collect_imports_neither_analyze_nor_the_orphan_tracker() -> None:
+    assert "exporter.orphans" in _closure("exporter.scan")  # the check sees through chains
+    problems = []
+    for module in (m for m in GRAPH if m.startswith("exporter.collect")):
+        for imported, chain in _closure(module).items():
+            if imported in ("exporter.analyze", "exporter.orphans"):
+                problems.append(" -> ".join(chain))
+    assert not problems, "collect reaches analysis:\n" + "\n".join(sorted(problems))
 
 
 def test_only_demo_and_the_sim_command_import_the_simulator() -> None:

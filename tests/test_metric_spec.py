@@ -71,10 +71,15 @@ def golden_store() -> SnapshotStore:
         unobserved_by_reason={"broker_down": 3, "unauthorized": 1},
         request_errors=[RequestError(broker_id=3, api="DescribeProducers", error="timeout")],
         poll_duration_seconds=0.3,
+        poll_phase_seconds={"metadata": 0.012, "list_transactions": 0.03,
+                            "describe_producers": 0.125, "broker_configs": 0.0005,
+                            "start_times": 0.04, "list_offsets": 0.02,
+                            "describe_transactions": 0.05, "topic_configs": 0.01,
+                            "consumer_groups": 0.0625},
         by_start_time_source={"batch_timestamp": 2, "first_seen": 1},
         finalized_transaction_version=2,
         compacted_topics={"orders": True, "payments": False},
-    ), now_seconds=1_795_217_202.5)
+    ), now_seconds=1_795_217_202.5, analyze_seconds=0.004)
     store.record_failure("staging", "cluster not reachable", 12.0)
     return store
 

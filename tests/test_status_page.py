@@ -39,7 +39,6 @@ from kafka_sim.producer import hanging_transaction
 
 from exporter.abort import EXIT_ABORTED, run_abort
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.expose.status import (
     CONTENT_SECURITY_POLICY,
     REFRESH_SECONDS,
@@ -49,6 +48,7 @@ from exporter.expose.status import (
     running_abort_command,
 )
 from exporter.model import Classification, PartitionVerification, RequestError, TopicPartition
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 
 XSS_ID = "<script>alert(1)</script>"
@@ -455,7 +455,7 @@ def test_the_command_copied_from_the_page_aborts_the_transaction(
     _, _, start = hanging_transaction(sim.bootstrap_servers, "hang-x", "t", 1,
                                       now_ms=sim.clock.now_ms)
     sim.clock.advance(10 * 60_000)
-    poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
+    poller = ClusterObserver(settings, clock_ms=sim.clock.now_ms)
     try:
         snap = analyze(poller.poll(), settings)
     finally:

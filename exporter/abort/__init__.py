@@ -7,11 +7,12 @@ package and its principal needs no write rights at all.
 What it does, following `kafka-transactions.sh abort` (docs/kafka-semantics.md#abort) with
 the exporter's own safety checks in front:
 
-1. Detect again, through the same code the daemon uses: `ClusterPoller.poll()` and
-   `analyze()` with `scan`'s orphan check (`exporter.scan.poll_with_orphan_check`: a second
-   poll asks the coordinators about every transaction the first saw open, a third confirms
-   "not tracked") classify the transaction that starts at `--start-offset` (late? hanging?
-   orphaned? tracked?), with the transactional id its coordinator lists, whatever its age.
+1. Detect again, through the same code the daemon uses: `ClusterObserver.poll()` (the
+   poller and the orphan tracker) and `analyze()` with `scan`'s orphan check
+   (`exporter.scan.poll_with_orphan_check`: a second poll asks the coordinators about every
+   transaction the first saw open, a third confirms "not tracked") classify the transaction
+   that starts at `--start-offset` (late? hanging? orphaned? tracked?), with the
+   transactional id its coordinator lists, whatever its age.
 2. Metadata -> the partition's leader; DescribeProducers on that leader -> the producer whose
    CurrentTxnStartOffset equals `--start-offset` (its id, epoch and CoordinatorEpoch), and
    ListOffsets READ_COMMITTED / READ_UNCOMMITTED -> LSO and high watermark before.

@@ -20,10 +20,11 @@ from exporter.abort.decide import (
 from exporter.abort.io import AbortFailed, AdminSession, PartitionState
 from exporter.abort.settings import AdminSettings, admin_cluster_settings, load_admin_settings
 from exporter.abort.two_phase import FORCE_FLAG, find_two_phase, refusal_line, two_phase_verdict
-from exporter.collect.poll import ClusterPoller, wall_clock_ms
+from exporter.collect.poll import wall_clock_ms
 from exporter.config import ConfigError
 from exporter.logs import configure_logging
 from exporter.model import ProducerEntry, TopicPartition
+from exporter.observe import ClusterObserver
 from exporter.scan import add_orphan_check_argument, cluster_failure, poll_with_orphan_check
 from exporter.settings import ClusterSettings
 
@@ -141,7 +142,7 @@ def _abort(
     force_two_phase: bool = False,
 ) -> int:
     # 1. Detect again through the daemon's own path, with scan's orphan check (two looks).
-    poller = ClusterPoller(
+    poller = ClusterObserver(
         settings, clock_ms=clock_ms,
         # Its coordinator is asked even when young: a two-phase-commit one must be recognised.
         also_ask=lambda txn: (txn.topic, txn.partition) == (tp.topic, tp.partition),

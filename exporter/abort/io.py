@@ -87,7 +87,7 @@ class PartitionState:
 class AdminSession:
     """A ClusterClient on a private event loop, one step at a time.
 
-    The loop is driven with run_until_complete per step so that `ClusterPoller.poll()`, which
+    The loop is driven with run_until_complete per step so that `ClusterObserver.poll()`, which
     waits for the shared polling loop (`collect.loop`), can be called between steps on the
     same thread."""
 

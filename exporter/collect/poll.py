@@ -10,6 +10,10 @@ scheduler thread can call it; the poll runs on the process's one polling loop
 (`collect.loop`: every cluster shares it, so a cluster costs no descriptor besides its broker
 connections, which live on that loop and are reused between polls). Errors are kept per
 partition / per id and never crash the poll.
+
+The poller reports what Kafka answered in this poll; it keeps no verdict across polls. The
+orphan tracker (`exporter.orphans`, wired with the poller by `exporter.observe`) keeps that
+memory and tells each poll, by its `PollFocus`, which transactions to ask coordinators about.
 """
 
 from __future__ import annotations
@@ -19,12 +23,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.analyze import (
-    carried_counts,
-    classify,
-    next_untracked_polls,
-    orphaned_transactions,
-)
 from exporter.collect.broker_config import BrokerConfigReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
@@ -42,23 +40,25 @@ from exporter.model import (
     Classification,
     ClusterObservation,
     OpenTransaction,
+    PollFocus,
+    PollPhase,
     TopicPartition,
-    TxnKey,
 )
 from exporter.rules import (
-    ORPHANED_AFTER_POLLS,
     blocked_groups_min_age_ms,
+    classify,
     effective_max_timeout_ms,
     is_late,
     is_old_enough_for_groups,
-    is_orphaned,
     late_buffer_ms,
 )
 from exporter.settings import ClusterSettings
 
-__all__ = ["ClusterPoller", "wall_clock_ms"]
+__all__ = ["NO_FOCUS", "ClusterPoller", "wall_clock_ms"]
 
 log = get_logger()
+NO_FOCUS = PollFocus()
+"""Nothing asked of the poll by earlier ones: as the first poll after a start."""
 
 
 class ClusterPoller:
@@ -91,34 +91,23 @@ class ClusterPoller:
         self._lso = LastStableOffsetReader(self._client)
         self._groups = ConsumerGroupReader(self._client, self._support, settings)
         self._down_logged: set[int] = set()
-        self._seen_open: set[TxnKey] = set()
-        """Open transactions of the previous poll: asked about if still open (#orphaned)."""
-        self._untracked_polls: dict[TxnKey, int] = {}
-        """Consecutive not-tracked answers per key, kept across an interrupted check."""
-        self._unobserved_before: set[TopicPartition] | None = set()
-        """Partitions the previous poll could not observe (None: the whole poll failed)."""
-        self._interrupted: set[TxnKey] = set()
-        """Open transactions whose answers have a gap (a poll that could not observe their
-        partition): orphaned or not is unknown until decided."""
-        self._polled_before = False
-        self._answered_polls = 0
-        """Consecutive polls whose coordinator answers extended `_untracked_polls`: once they
-        reach ORPHANED_AFTER_POLLS, an orphan untracked all along is reported (warm)."""
         self._closed = False
         self.metadata_error: CollectError | None = None
         """Why the last poll's Metadata failed (no broker answered); None when it answered.
         `scan` names the cause from it (authentication, TLS, unreachable, timeout)."""
 
-    def poll(self) -> ClusterObservation:
+    def poll(self, focus: PollFocus = NO_FOCUS) -> ClusterObservation:
         """One poll, from any thread but the polling loop's (the one-shot commands)."""
         with self._lock:
-            return run_on_loop(self.poll_async())
+            return run_on_loop(self.poll_async(focus))
 
-    async def poll_async(self) -> ClusterObservation:
-        """One poll, on the polling loop (the daemon's scheduler): no thread waits for it."""
+    async def poll_async(self, focus: PollFocus = NO_FOCUS) -> ClusterObservation:
+        """One poll, on the polling loop (the daemon's scheduler): no thread waits for it.
+        `focus`: what earlier polls ask of this one (the orphan tracker's, `exporter.orphans`);
+        without it, the poll asks as the first after a start does."""
         if self._closed:
             raise RuntimeError("poller is closed")
-        return await self._poll()
+        return await self._poll(focus)
 
     def close(self) -> None:
         with self._lock:
@@ -137,53 +126,50 @@ class ClusterPoller:
             **self._broker_config.cache_sizes(),
             **self._topic_config.cache_sizes(),
             **self._coordinators.cache_sizes(),
-            "seen_open": len(self._seen_open),
-            "untracked_polls": len(self._untracked_polls),
-            "interrupted": len(self._interrupted),
             **self._groups.cache_sizes(),
             "down_logged": len(self._down_logged),
             "unsupported_logged": len(self._support),
         }
 
-    async def _poll(self) -> ClusterObservation:
+    async def _poll(self, focus: PollFocus) -> ClusterObservation:
         started = time.monotonic()
         client = self._client
         client.begin_poll()
         state = PollState(now_ms=self._clock_ms())
         try:
-            meta = await client.metadata()
+            meta = await state.timed(PollPhase.METADATA, client.metadata())
         except CollectError as exc:
             self.metadata_error = exc
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
-            # No answer is no evidence: the counts stand, and what is first seen next is
-            # undecided (it may have been open through this poll).
-            self._unobserved_before = None
             return ClusterObservation(
                 cluster=self.settings.name,
                 observed_at_ms=state.now_ms,
                 brokers=(),
                 leaders={},
                 open_transactions=(),
+                metadata_answered=False,
                 coordinator_view_complete=False,
                 transaction_states=None,
                 request_errors=tuple(state.request_errors),
                 poll_duration_seconds=time.monotonic() - started,
+                poll_phase_seconds=state.phase_seconds,
             )
         self.metadata_error = None
         state.unobserved.update(meta.leaderless)
 
+        timed = state.timed
         listed, _, _ = await asyncio.gather(
-            self._coordinators.list_transactions(meta, state),
-            self._producers.read(meta, state),
-            self._broker_config.refresh(meta, state),
+            timed(PollPhase.LIST_TRANSACTIONS, self._coordinators.list_transactions(meta, state)),
+            timed(PollPhase.DESCRIBE_PRODUCERS, self._producers.read(meta, state)),
+            timed(PollPhase.BROKER_CONFIGS, self._broker_config.refresh(meta, state)),
         )
         open_txns, offsets = await asyncio.gather(
-            self._start_times.resolve(meta, state),
-            self._lso.read(state),
+            timed(PollPhase.START_TIMES, self._start_times.resolve(meta, state)),
+            timed(PollPhase.LIST_OFFSETS, self._lso.read(state)),
         )
         late = self._late_rule(state.now_ms)
-        seen_before = self._seen_open
+        seen_before = focus.describe
         min_age_ms = blocked_groups_min_age_ms(self.settings)
         now_ms = state.now_ms
 
@@ -201,48 +187,42 @@ class ClusterPoller:
                 or (self._also_ask is not None and self._also_ask(txn))
             )
 
-        coordinator_view = await self._coordinators.view(listed, open_txns, ask, meta, state)
-        self._start_times.evict_closed(state, meta)
-        # Only answers given after a poll saw the transaction open count towards orphaned:
-        # the listing may predate a transaction seen for the first time (one that looks late
-        # at once, e.g. from a producer whose clock is behind, included).
-        answers: dict[TxnKey, Classification] = {
-            txn.key: classify(
-                txn,
-                coordinator_view.transactional_ids,
-                coordinator_view.descriptions,
-                coordinator_view.complete,
-            )
-            for txn in open_txns
-            if txn.key in seen_before
-        }
-        previous_counts = self._untracked_polls
-        untracked_polls, untracked_unknown = next_untracked_polls(previous_counts, answers)
-        untracked_unknown |= self._undecided_after_gap(
-            open_txns, answers, untracked_polls, untracked_unknown
+        coordinator_view = await timed(
+            PollPhase.DESCRIBE_TRANSACTIONS,
+            self._coordinators.view(listed, open_txns, ask, meta, state),
         )
-        # A key on a partition not observed this poll keeps its count too (not evidence).
-        carried = set(untracked_unknown) | {
-            key for key in previous_counts if TopicPartition(key[0], key[1]) in state.unobserved
-        }
-        self._untracked_polls = carried_counts(previous_counts, untracked_polls, carried)
-        self._seen_open = {txn.key for txn in open_txns} | {
-            key for key in seen_before if TopicPartition(key[0], key[1]) in state.unobserved
-        }
-        self._unobserved_before = set(state.unobserved)
-        # The first poll after start asks about nothing (nothing was seen open before it).
-        self._answered_polls = self._answered_polls + 1 if self._polled_before else 0
-        self._polled_before = True
+        self._start_times.evict_closed(state, meta)
+
+        def untracked_again(txn: OpenTransaction) -> bool:
+            # Orphaned by this poll's answer (the tracker decides; this only chooses what to
+            # read): its topic's config and its groups are read as a late one's are.
+            return (
+                txn.key in focus.orphaned_if_untracked
+                and txn.key in seen_before
+                and classify(
+                    txn,
+                    coordinator_view.transactional_ids,
+                    coordinator_view.descriptions,
+                    coordinator_view.complete,
+                ) is Classification.HANGING
+            )
+
         # Only behind late or orphaned transactions: compacted topics; behind those and any
         # old enough to block consumers (a lingering one, not late): blocked groups. While no
         # transaction is that old, nothing more is read.
-        affected = [*filter(late, open_txns), *orphaned_transactions(open_txns, untracked_polls)]
+        affected = [*filter(late, open_txns), *filter(untracked_again, open_txns)]
         to_look_at, not_comparable = _blocked_group_candidates(
             [*affected, *filter(old_enough, open_txns)], offsets
         )
         compacted_topics, group_offsets = await asyncio.gather(
-            self._topic_config.compacted({t.topic for t in affected}, meta, state),
-            self._groups.read(to_look_at, not_comparable, meta, state),
+            timed(
+                PollPhase.TOPIC_CONFIGS,
+                self._topic_config.compacted({t.topic for t in affected}, meta, state),
+            ),
+            timed(
+                PollPhase.CONSUMER_GROUPS,
+                self._groups.read(to_look_at, not_comparable, meta, state),
+            ),
         )
 
         return ClusterObservation(
@@ -260,41 +240,13 @@ class ClusterPoller:
             last_stable_offset_lag=offsets.lag,
             request_errors=tuple(state.request_errors),
             poll_duration_seconds=time.monotonic() - started,
-            untracked_polls=untracked_polls,
-            untracked_unknown=untracked_unknown,
+            poll_phase_seconds=state.phase_seconds,
             finalized_features=self._broker_config.finalized_features(),
             compacted_topics=compacted_topics,
             high_watermarks=offsets.high_watermarks,
             last_stable_offsets=offsets.last_stable_offsets,
             consumer_groups=group_offsets,
-            orphan_detection_warm=self._answered_polls >= ORPHANED_AFTER_POLLS,
         )
-
-    def _undecided_after_gap(
-        self,
-        open_txns: list[OpenTransaction],
-        answers: dict[TxnKey, Classification],
-        untracked_polls: dict[TxnKey, int],
-        unanswered: frozenset[TxnKey],
-    ) -> frozenset[TxnKey]:
-        """Transactions seen right after a poll that could not observe their partition have a
-        gap in their consecutive answers (they may have been open, and untracked, through it):
-        until the rule decides them (orphaned, or tracked), whether they are orphaned is
-        unknown, not "no"."""
-        before = self._unobserved_before
-        open_keys = {t.key for t in open_txns}
-        # An unknown answer is a gap too: the next answer alone is not "two consecutive".
-        gap = {k for k in self._interrupted if k in open_keys} | set(unanswered)
-        for txn in open_txns:
-            if before is None or TopicPartition(txn.topic, txn.partition) in before:
-                gap.add(txn.key)
-        decided = {
-            k for k in gap
-            if answers.get(k) is Classification.COORDINATOR_TRACKED
-            or is_orphaned(untracked_polls.get(k, 0))
-        }
-        self._interrupted = gap - decided
-        return frozenset(self._interrupted)
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:
         """`rules.is_late` with each leader's threshold: ids to ask coordinators about."""

@@ -4,12 +4,15 @@ of APIs a broker lacks. No Kafka I/O here."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from exporter.logs import get_logger
-from exporter.model import ProducerEntry, RequestError, TopicPartition
+from exporter.model import PollPhase, ProducerEntry, RequestError, TopicPartition
 
 log = get_logger()
+T = TypeVar("T")
 
 UNSUPPORTED_API_KIND = "UNSUPPORTED_VERSION"
 """`CollectError.kind` when the broker does not offer an API at all (it predates it)."""
@@ -41,8 +44,20 @@ class PollState:
     unsupported_apis: set[str] = field(default_factory=set)
     """Coordinator-side APIs some broker of this poll does not offer (Kafka before 3.0)."""
 
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of each phase the poll reached (`ClusterObservation.poll_phase_seconds`)."""
+
     def error(self, broker_id: int, api: str, error: str) -> None:
         self.request_errors.append(RequestError(broker_id, api, error))
+
+    async def timed(self, phase: PollPhase, step: Awaitable[T]) -> T:
+        """Await `step`, recording its wall time (time.monotonic) as `phase`'s, also when it
+        raises (it ran). Concurrent phases each get their own wall time."""
+        started = time.monotonic()
+        try:
+            return await step
+        finally:
+            self.phase_seconds[phase.value] = time.monotonic() - started
 
 
 class ApiSupportLog:

@@ -183,6 +183,8 @@ def _collect_exporter_own(state: ClusterState, fam: _Families) -> None:
         buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
     total = state.poll_duration_sum_seconds
     fam.add_cluster_metric(hist, state, lambda values: hist.add_metric(values, buckets, total))
+    for phase, seconds in sorted(state.poll_phase_seconds.items()):
+        fam.add("kafka_txn_exporter_poll_phase_duration_seconds", state, seconds, phase)
     overruns = fam.families["kafka_txn_exporter_poll_overruns_total"]
     assert isinstance(overruns, CounterMetricFamily)
     fam.add_cluster_metric(overruns, state, lambda values: overruns.add_metric(

@@ -210,7 +210,7 @@ def test_override_still_reads_the_verification_flag() -> None:
 
 
 def _open_connections(env: PollEnv) -> list[Any]:
-    client: Any = env.poller._client  # the poller's own connections, as a poll leaves them
+    client: Any = env.poller.poller._client  # the poller's own connections, as a poll leaves them
     return [c for address in client.brokers.values()
             if (c := client.pool.open_connection(*address)) is not None]
 
@@ -225,7 +225,7 @@ def test_finalized_features_are_asked_again_only_once_stale(env: PollEnv) -> Non
     obs, _ = env.poll()
     assert obs.finalized_features is None
     # ... an answer older than config_refresh_seconds is, with the broker's configs.
-    reader: Any = env.poller._broker_config
+    reader: Any = env.poller.poller._broker_config
     for connection in connections:
         connection.finalized_features_read_at -= env.settings.config_refresh_seconds
     reader._read_at = {b: t - env.settings.config_refresh_seconds

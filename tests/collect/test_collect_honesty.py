@@ -217,12 +217,12 @@ def test_partition_left_out_of_the_answer_is_unobserved() -> None:
     fake.omit_from_describe_producers.add(("t", 1))
     sim = SimCluster(node_ids=fake.node_ids, dispatcher=fake).start()
     try:
-        from exporter.collect.poll import ClusterPoller
+        from exporter.observe import ClusterObserver
         from exporter.settings import ClusterSettings
 
         settings = ClusterSettings(name="fake", request_timeout_seconds=2.0,
                                    bootstrap_servers=tuple(sim.bootstrap_servers.split(",")))
-        poller = ClusterPoller(settings)
+        poller = ClusterObserver(settings)
         try:
             obs = poller.poll()
         finally:

@@ -16,7 +16,6 @@ from collect_fakes import FakeCluster, Producer, Txn
 from kafka_sim.cluster import SimCluster
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.model import (
     Classification,
     ClusterObservation,
@@ -24,6 +23,7 @@ from exporter.model import (
     StartTimeSource,
     TopicPartition,
 )
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 
 MINUTE_MS = 60_000
@@ -38,7 +38,7 @@ def now_ms() -> int:
 class Env:
     sim: SimCluster
     fake: FakeCluster
-    poller: ClusterPoller
+    poller: ClusterObserver
     settings: ClusterSettings
 
     def poll(self) -> ClusterObservation:
@@ -70,7 +70,7 @@ def make_env() -> Iterator[MakeEnv]:
             bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
             **kwargs,  # type: ignore[arg-type]
         )
-        env = Env(sim, fake, ClusterPoller(settings), settings)
+        env = Env(sim, fake, ClusterObserver(settings), settings)
         made.append(env)
         return env
 
@@ -383,9 +383,9 @@ def test_a_re_route_stays_in_its_poll_and_the_next_reuses_the_metadata_as_answer
     env.sim.call(fake.after_metadata.extend, moves)
     rerouted = env.poll()
     assert rerouted.leaders[TopicPartition("t", 0)] == 2
-    cached = env.poller._client._last_full_metadata
+    cached = env.poller.poller._client._last_full_metadata
     again = env.poll()  # the same full answer as the first poll's: its parse is reused
-    assert env.poller._client._last_full_metadata is cached
+    assert env.poller.poller._client._last_full_metadata is cached
     assert again.leaders[TopicPartition("t", 0)] == 1
     assert rerouted.leaders[TopicPartition("t", 0)] == 2  # an observation never changes
     (txn,) = again.open_transactions
@@ -503,13 +503,13 @@ def test_describe_producers_requests_are_reused_while_metadata_is_unchanged(
     fake = three_brokers()
     env = make_env(fake)
     env.poll()
-    first = env.poller._producers._cached_requests
+    first = env.poller.poller._producers._cached_requests
     env.poll()
-    assert env.poller._producers._cached_requests is first  # same batches, same bytes
+    assert env.poller.poller._producers._cached_requests is first  # same batches, same bytes
     env.sim.call(fake.leaders.update, {("t", 2): 1})  # t-2 moves from broker 3 to broker 1
     obs = env.poll()
     assert obs.unobserved == {} and obs.request_errors == ()
-    after = env.poller._producers._cached_requests
+    after = env.poller.poller._producers._cached_requests
     assert after is not first and after is not None
     assert {(leader, t, tuple(ps)) for leader, batch, _ in after[2] for t, ps in batch} == {
         (1, "t", (0, 2)), (1, "__transaction_state", (0,)), (2, "t", (1,)),
@@ -539,7 +539,7 @@ def test_no_reachable_bootstrap_gives_an_empty_down_observation() -> None:
     settings = ClusterSettings(
         name="nowhere", bootstrap_servers=("127.0.0.1:1",), request_timeout_seconds=0.5
     )
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     try:
         obs = poller.poll()
     finally:

@@ -35,9 +35,9 @@ from prometheus_client.registry import CollectorRegistry
 from simhelpers import cluster_settings
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.expose.collector import SnapshotCollector
 from exporter.model import ClusterObservation, ClusterSnapshot
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
 
@@ -100,7 +100,7 @@ def polls(scenario: Scenario, faulty_poll: int | None = None,
     """POLLS polls by a fresh poller on a frozen clock; `fault` (api key, seed, probability)
     applies to every answer of that API during poll number `faulty_poll` (1-based)."""
     sim = scenario.sim
-    poller = ClusterPoller(scenario.settings, clock_ms=lambda: scenario.now_ms)
+    poller = ClusterObserver(scenario.settings, clock_ms=lambda: scenario.now_ms)
     try:
         for n in range(1, POLLS + 1):
             if n == faulty_poll and fault is not None:
@@ -238,7 +238,7 @@ def test_no_value_from_a_partial_answer_is_ever_wrong(
 def test_offset_fetch_leaving_out_a_group_is_unknown_not_fewer(scenario: Scenario) -> None:
     """An OffsetFetch answer without one of the two blocked groups: unknown, not fewer."""
     sim = scenario.sim
-    poller = ClusterPoller(scenario.settings, clock_ms=lambda: scenario.now_ms)
+    poller = ClusterObserver(scenario.settings, clock_ms=lambda: scenario.now_ms)
     try:
         poller.poll()
         sim.call(_drop_group_from_offset_fetch, sim, "pa-rc-2")

@@ -29,8 +29,8 @@ from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 from test_orphaned_churn import PARTITIONS, POLL_INTERVAL_MS, TOPIC, Churn
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.model import ClusterObservation, ClusterSnapshot
+from exporter.observe import ClusterObserver
 
 POLLS = 60
 EXPIRATION_MS = 600_000  # producer.id.expiration.ms: seeded states expire during the run
@@ -69,10 +69,10 @@ def fingerprint(obs: ClusterObservation, snap: ClusterSnapshot) -> dict[str, Any
 
 
 @contextmanager
-def two_pollers(sim: SimCluster) -> Iterator[tuple[ClusterPoller, ClusterPoller, Any]]:
+def two_pollers(sim: SimCluster) -> Iterator[tuple[ClusterObserver, ClusterObserver, Any]]:
     settings = cluster_settings(sim, "diff", request_timeout_seconds=5.0)
-    full = ClusterPoller(settings, clock_ms=sim.clock.now_ms, screen_crowded_partitions=False)
-    screened = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
+    full = ClusterObserver(settings, clock_ms=sim.clock.now_ms, screen_crowded_partitions=False)
+    screened = ClusterObserver(settings, clock_ms=sim.clock.now_ms)
     try:
         yield full, screened, settings
     finally:
@@ -103,7 +103,7 @@ def test_screened_poll_equals_full_poll_through_churn() -> None:
     assert len(faults) == 3, faults
 
 
-def run(sim: SimCluster, rng: random.Random, full: ClusterPoller, screened: ClusterPoller,
+def run(sim: SimCluster, rng: random.Random, full: ClusterObserver, screened: ClusterObserver,
         settings: Any, pairs: list[tuple[dict[str, Any], dict[str, Any]]],
         crowded_seen: list[int], faults: Counter[str]) -> None:
     now = sim.clock.now_ms()
@@ -148,7 +148,7 @@ def run(sim: SimCluster, rng: random.Random, full: ClusterPoller, screened: Clus
                 b = screened.poll()
             pairs.append((fingerprint(a, analyze(a, settings)),
                           fingerprint(b, analyze(b, settings))))
-            crowded_seen.append(screened._producers.crowded_partitions())
+            crowded_seen.append(screened.poller._producers.crowded_partitions())
     finally:
         churn.stop.set()
         worker.join(30)

@@ -21,9 +21,9 @@ from screening_probes import describe_producers_asked
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
 from exporter.collect import screening
-from exporter.collect.poll import ClusterPoller
 from exporter.collect.producers import SCREEN_FROM_STATES, TOO_LARGE_RETRY_MAX_POLLS
 from exporter.model import TopicPartition
+from exporter.observe import ClusterObserver
 
 LIST_OFFSETS = 2
 DESCRIBE_PRODUCERS = 61
@@ -54,8 +54,8 @@ def sim() -> Iterator[SimCluster]:
 
 
 @contextmanager
-def poller(sim: SimCluster, screening: bool = True) -> Iterator[ClusterPoller]:
-    p = ClusterPoller(cluster_settings(sim, "screen"), clock_ms=sim.clock.now_ms,
+def poller(sim: SimCluster, screening: bool = True) -> Iterator[ClusterObserver]:
+    p = ClusterObserver(cluster_settings(sim, "screen"), clock_ms=sim.clock.now_ms,
                       screen_crowded_partitions=screening)
     try:
         yield p
@@ -199,13 +199,13 @@ def test_a_crowded_partition_asked_with_few_states_left_is_asked_directly_again(
     asked again and holds few states, it is asked directly from then on."""
     with asked(monkeypatch) as counts, poller(sim) as p:
         p.poll()
-        assert p._producers.crowded_partitions() == PARTITIONS
+        assert p.poller._producers.crowded_partitions() == PARTITIONS
         sim.call(lambda: sim.state.log_of(sim.state.partition(HOT, 2)).producers.clear())
         txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [2],
                                now_ms=sim.clock.now_ms)
         try:
             p.poll()  # LSO < HW: asked, one state left
-            assert p._producers.crowded_partitions() == PARTITIONS - 1
+            assert p.poller._producers.crowded_partitions() == PARTITIONS - 1
             counts.clear()
             obs = p.poll()
             assert {(t, i) for t, i in counts if t == HOT} == {(HOT, 2)}
@@ -229,7 +229,7 @@ def test_batches_fit_the_response_limit_and_a_partition_too_large_alone_is_unobs
         for p in range(1, PARTITIONS):
             sim.call(seed_producer_states, sim.state, HOT, p, 400, now_ms=now, rng=rng)
         settings = cluster_settings(sim, "limit", max_response_bytes=limit)
-        p = ClusterPoller(settings, clock_ms=sim.clock.now_ms)
+        p = ClusterObserver(settings, clock_ms=sim.clock.now_ms)
         try:
             first = p.poll()  # nothing learnt yet: an answer crosses the limit
             assert any(e.api == "DescribeProducers" and e.error == "DECODE_ERROR"
@@ -276,7 +276,7 @@ def test_a_partition_too_large_alone_is_asked_again_with_back_off_and_observed_w
                     broker_config=CAPTURE_BROKER_CONFIG) as sim:
         sim.call(seed_producer_states, sim.state, HOT, 0, 3000, now_ms=sim.clock.now_ms(),
                  rng=random.Random(5))
-        p = ClusterPoller(cluster_settings(sim, "shrink", max_response_bytes=limit),
+        p = ClusterObserver(cluster_settings(sim, "shrink", max_response_bytes=limit),
                           clock_ms=sim.clock.now_ms)
         hot0 = TopicPartition(HOT, 0)
         try:

@@ -23,8 +23,8 @@ from kafka_sim.realkafka import RealKafkaCluster
 from waits import wait_for
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.model import ClusterObservation, ClusterSnapshot
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,7 +237,7 @@ class RealPollEnv:
     """One long-lived poller against a real cluster (connections and caches persist)."""
 
     cluster: RealKafkaCluster
-    poller: ClusterPoller
+    poller: ClusterObserver
     settings: ClusterSettings
 
     def poll(self) -> tuple[ClusterObservation, ClusterSnapshot]:
@@ -248,7 +248,7 @@ class RealPollEnv:
 @contextmanager
 def poll_env(cluster: RealKafkaCluster, **settings: Any) -> Iterator[RealPollEnv]:
     cluster_config = cluster_settings(cluster, **settings)
-    poller = ClusterPoller(cluster_config)
+    poller = ClusterObserver(cluster_config)
     try:
         yield RealPollEnv(cluster, poller, cluster_config)
     finally:

@@ -14,7 +14,7 @@ from kafka_sim.realkafka import RealKafkaCluster
 from realhelpers import create_topic, unique
 
 from exporter.abort import EXIT_ABORTED, EXIT_REFUSED, run_abort
-from exporter.collect.poll import ClusterPoller
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 
 
@@ -51,7 +51,7 @@ def _field(out: str, name: str) -> str:
 
 def _open_start_offsets(cluster: RealKafkaCluster, topic: str, partition: int) -> list[int]:
     """The leader's open transactions on the partition, by a fresh poll."""
-    poller = ClusterPoller(ClusterSettings(name="check", bootstrap_servers=(cluster.bootstrap,)))
+    poller = ClusterObserver(ClusterSettings(name="check", bootstrap_servers=(cluster.bootstrap,)))
     try:
         obs = poller.poll()
     finally:

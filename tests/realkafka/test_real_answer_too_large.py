@@ -13,9 +13,9 @@ from kafka_sim.realkafka import RealKafkaCluster
 from kafka_sim.routing import RawCluster
 from realhelpers import cluster_settings, create_topic, unique
 
-from exporter.collect.poll import ClusterPoller
 from exporter.collect.producers import TOO_LARGE_RETRY_MAX_POLLS
 from exporter.model import TopicPartition
+from exporter.observe import ClusterObserver
 
 LIMIT = 64 * 1024
 STATES = 2_000
@@ -35,7 +35,7 @@ def test_a_partition_too_large_is_retried_alone_and_observed_when_its_answer_fit
     big, small = TopicPartition(topic, 0), TopicPartition(topic, 1)
     settings = cluster_settings(real_kafka, request_timeout_seconds=30.0,
                                 max_response_bytes=LIMIT)
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     txn = None
     try:
         for _ in range(3):  # learns: the batch too large, then the partition alone
@@ -52,7 +52,7 @@ def test_a_partition_too_large_is_retried_alone_and_observed_when_its_answer_fit
                     if t.topic == topic} == {(topic, 1)}
         assert set(reasons) == {"ANSWER_TOO_LARGE"}
         # The answer fits again (here: a larger limit; in production the states expire).
-        pool = poller._client.pool
+        pool = poller.poller._client.pool
         monkeypatch.setattr(pool, "_options",
                             dataclasses.replace(pool._options, max_response_bytes=2 * LIMIT))
         for _ in range(TOO_LARGE_RETRY_MAX_POLLS):

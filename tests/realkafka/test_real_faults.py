@@ -35,9 +35,10 @@ from realhelpers import (
 )
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller, wall_clock_ms
+from exporter.collect.poll import wall_clock_ms
 from exporter.expose.collector import SnapshotCollector
 from exporter.model import Classification, ClusterObservation, ClusterSnapshot, TopicPartition
+from exporter.observe import ClusterObserver
 from exporter.snapshots import SnapshotStore
 
 FAULT_BROKER_CONFIG = {
@@ -117,7 +118,7 @@ class PollLoop:
 
     def run(self) -> None:
         settings = cluster_settings(self.cluster)
-        poller = ClusterPoller(settings, clock_ms=self._clock_ms)
+        poller = ClusterObserver(settings, clock_ms=self._clock_ms)
         store = SnapshotStore([settings])
         registry = CollectorRegistry(auto_describe=False)
         registry.register(SnapshotCollector(store))

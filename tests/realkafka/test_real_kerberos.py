@@ -32,8 +32,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from realhelpers import LATE_BACKDATE_MS, VERIFICATION_OFF, create_topic, unique
 from securekafka import README_GRANTS, STANDARD_AUTHORIZER, allow, wait_acls
 
-from exporter.collect.poll import ClusterPoller
 from exporter.model import Classification
+from exporter.observe import ClusterObserver
 from exporter.scan import EXIT_AUTHENTICATION_FAILED, EXIT_HANGING, EXIT_UNREACHABLE
 from exporter.settings import ClusterSettings, GssapiSettings, SaslSettings
 
@@ -148,7 +148,7 @@ def test_a_good_keytab_polls_and_finds_the_late_hanging_transaction(world: World
     from exporter.analyze import analyze
 
     settings = world.settings()
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     try:
         observation = poller.poll()
     finally:
@@ -331,7 +331,7 @@ def test_kdc_down_fails_a_new_login_but_the_ticket_in_hand_keeps_serving(
     from exporter.collect.loop import run as run_on_loop
 
     settings = world.settings()
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     kdc = world.realm.kdc
     try:
         poller.poll()
@@ -341,7 +341,7 @@ def test_kdc_down_fails_a_new_login_but_the_ticket_in_hand_keeps_serving(
         line = error_line(result, world.realm.exporter_keytab)
         assert "Kerberos login: KDC unreachable" in line, line
         # New connections, the same login (what a broker closing sessions leads to).
-        run_on_loop(poller._client.pool.close())
+        run_on_loop(poller.poller._client.pool.close())
         observation = poller.poll()
         snapshot = analyze(observation, settings)
         assert [(b.broker_id, b.up) for b in snapshot.brokers] == [(1, True)]

@@ -34,8 +34,8 @@ from security.oidc import Client, OidcProvider
 from waits import wait_for
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.model import Classification
+from exporter.observe import ClusterObserver
 from exporter.scan import EXIT_AUTHENTICATION_FAILED, EXIT_HANGING
 from exporter.settings import OAuthBearerSettings, SaslSettings
 
@@ -96,7 +96,7 @@ def test_a_good_token_finds_the_late_hanging_transaction_as_kafkas_tool_does(
     settings = replace(world.kafka.settings("kafka-txn-exporter", "unused"),
                        sasl=SaslSettings("OAUTHBEARER", oauthbearer=oauth))
     before = len(world.kafka.provider.token_requests("kafka-txn-exporter"))
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     try:
         observation = poller.poll()
         poller.poll()
@@ -314,7 +314,7 @@ def test_a_mounted_token_file_is_used_and_read_again_when_renewed(
         Client("", subject="exporter", lifetime_seconds=6)) + "\n")
     settings = replace(world.kafka.settings("unused", "unused"), sasl=SaslSettings(
         "OAUTHBEARER", oauthbearer=OAuthBearerSettings(token_file=str(token_file))))
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     try:
         assert analyze(poller.poll(), settings).up
         token_file.write_text(provider.token_for(

@@ -18,8 +18,8 @@ from screening_probes import describe_producers_asked
 from waits import wait_for
 
 from exporter.collect import screening
-from exporter.collect.poll import ClusterPoller
 from exporter.collect.producers import SCREEN_FROM_STATES
+from exporter.observe import ClusterObserver
 
 PARTITIONS = 3
 
@@ -52,8 +52,8 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
 
     monkeypatch.setattr(screening, "_DECODE_FETCH", recording)
     settings = cluster_settings(real_kafka, request_timeout_seconds=30.0)
-    screened = ClusterPoller(settings)
-    full = ClusterPoller(settings, screen_crowded_partitions=False)
+    screened = ClusterObserver(settings)
+    full = ClusterObserver(settings, screen_crowded_partitions=False)
     txn = None
     try:
         screened.poll()  # learns the counts
@@ -145,7 +145,7 @@ def test_a_contradicting_session_answer_starts_a_new_session_in_the_same_poll(
         return response
 
     monkeypatch.setattr(screening, "_DECODE_FETCH", spoiling)
-    poller = ClusterPoller(cluster_settings(real_kafka, request_timeout_seconds=30.0))
+    poller = ClusterObserver(cluster_settings(real_kafka, request_timeout_seconds=30.0))
     txn = None
     try:
         for _ in range(3):  # learn, ListOffsets, the full Fetch that opens the session

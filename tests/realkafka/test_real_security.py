@@ -35,8 +35,8 @@ from securekafka import (
     wait_acls,
 )
 
-from exporter.collect.poll import ClusterPoller
 from exporter.model import Classification, ClusterObservation, ClusterSnapshot, TopicPartition
+from exporter.observe import ClusterObserver
 from exporter.scan import (
     EXIT_AUTHENTICATION_FAILED,
     EXIT_HANGING,
@@ -100,7 +100,7 @@ def poll(settings: ClusterSettings, times: int = 1) -> tuple[ClusterObservation,
     """`times` polls of one poller (the orphan check needs three); the last one's result."""
     from exporter.analyze import analyze
 
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     try:
         for _ in range(times):
             observation = poller.poll()

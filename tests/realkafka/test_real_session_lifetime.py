@@ -26,8 +26,8 @@ from exporter.collect.connection import (
     ConnectionPool,
     build_ssl_context,
 )
-from exporter.collect.poll import ClusterPoller
 from exporter.collect.sasl.logins import make_login
+from exporter.observe import ClusterObserver
 
 pytestmark = pytest.mark.real_kafka
 
@@ -96,14 +96,14 @@ def test_the_pool_renews_a_due_connection_and_polls_meet_no_ended_session(
     """Polls (paced half a second apart) until the connection was replaced twice: every poll
     sees the broker up and no request error."""
     settings = kafka.settings("exporter", request_timeout_seconds=10.0)
-    poller = ClusterPoller(settings)
+    poller = ClusterObserver(settings)
     renewals = 0
     polls = 0
     started = time.monotonic()
     try:
         while renewals < 2:
             assert time.monotonic() - started < 10 * REAUTH_MS / 1000, "no renewal"
-            pool: ConnectionPool = poller._client.pool
+            pool: ConnectionPool = poller.poller._client.pool
             before = {key: id(c) for key, c in pool._connections.items()}
             obs = poller.poll()
             polls += 1

@@ -40,8 +40,8 @@ from realhelpers import (
 )
 
 from exporter.abort import EXIT_REFUSED
-from exporter.collect.poll import ClusterPoller
 from exporter.model import Classification, ClusterSnapshot
+from exporter.observe import ClusterObserver
 from exporter.rules import TWO_PHASE_TRANSACTION_TIMEOUT_MS
 from exporter.settings import ClusterSettings
 
@@ -252,7 +252,7 @@ def _simulator_answers() -> tuple[tuple[str, int, int], int]:
         txn = open_transaction(sim.bootstrap_servers, "sim-2pc", "t", [0], two_phase=True)
         txn.close_quietly()
         settings = ClusterSettings(name="sim", bootstrap_servers=(sim.bootstrap_servers,))
-        poller = ClusterPoller(settings, clock_ms=sim.clock.now_ms, also_ask=lambda _: True)
+        poller = ClusterObserver(settings, clock_ms=sim.clock.now_ms, also_ask=lambda _: True)
         try:
             description = poller.poll().descriptions["sim-2pc"]
         finally:

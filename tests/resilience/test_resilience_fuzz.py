@@ -1,6 +1,6 @@
 """Fuzz the response decoding path: random and mutated bytes as the broker's answer to
 Metadata, DescribeProducers and ListTransactions, through the real socket, BrokerConnection
-(decode), ClusterPoller (parse), analyze and the Prometheus collector (render).
+(decode), ClusterObserver (parse), analyze and the Prometheus collector (render).
 
 Property: the poll never raises; an answer that cannot be decoded is counted as a DECODE_ERROR
 request error for that API; whatever does decode (garbage names, negative numbers, bogus broker
@@ -33,8 +33,8 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from exporter.analyze import analyze
-from exporter.collect.poll import ClusterPoller
 from exporter.expose.collector import SnapshotCollector
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings
 from exporter.snapshots import SnapshotStore
 
@@ -137,7 +137,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def poll(cluster: ClusterSettings) -> Any:
-    poller = ClusterPoller(cluster)
+    poller = ClusterObserver(cluster)
     try:
         return poller.poll()
     finally:

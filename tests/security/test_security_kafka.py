@@ -22,8 +22,8 @@ from kafka_sim.cluster import SimCluster, SimTls
 from kafka_sim.seed import seed_hanging_transaction
 from test_e2e_serve import http_get, read_listen_url, samples, wait_until
 
-from exporter.collect.poll import ClusterPoller
 from exporter.model import ClusterObservation
+from exporter.observe import ClusterObserver
 from exporter.settings import ClusterSettings, SaslSettings, TlsSettings
 from security.pki import Pki, make_pki
 
@@ -44,7 +44,7 @@ def poll_once(sim: SimCluster, **settings: object) -> ClusterObservation:
         name="sec", bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
         request_timeout_seconds=3.0, **settings,  # type: ignore[arg-type]
     )
-    poller = ClusterPoller(cluster, clock_ms=sim.clock.now_ms)
+    poller = ClusterObserver(cluster, clock_ms=sim.clock.now_ms)
     try:
         return poller.poll()
     finally:
