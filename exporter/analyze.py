@@ -23,6 +23,7 @@ rules themselves live in `exporter.rules`):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
 
 from exporter.applications import applications_by_id
 from exporter.model import (
@@ -211,42 +212,110 @@ def max_timeout_by_broker(obs: ClusterObservation, settings: ClusterSettings) ->
     }
 
 
+@dataclass
+class TransactionVerdicts:
+    """What judging each open transaction of one observation found: the reported records and
+    the per-partition facts the broker counts are made of."""
+
+    max_age_ms: dict[TopicPartition, int] = field(default_factory=dict)
+    """Oldest open transaction per partition (KIP-664 MaxActiveTransactionDuration)."""
+    leader_of: dict[TopicPartition, int] = field(default_factory=dict)
+    late: list[LateTransaction] = field(default_factory=list)
+    late_partitions: set[TopicPartition] = field(default_factory=set)
+    hanging_partitions: set[TopicPartition] = field(default_factory=set)
+    undecided_brokers: set[int] = field(default_factory=set)
+    """Brokers leading a late transaction classified unknown."""
+    orphaned: list[OrphanedTransaction] = field(default_factory=list)
+    orphaned_partitions: set[TopicPartition] = field(default_factory=set)
+    orphan_undecided_brokers: set[int] = field(default_factory=set)
+    two_phase: list[TwoPhaseTransaction] = field(default_factory=list)
+    blocking: list[BlockingTransaction] = field(default_factory=list)
+    by_source: dict[str, int] = field(default_factory=dict)
+    blocked_unknown_by_reason: dict[str, int] = field(default_factory=dict)
+    applications_overflowed: int = 0
+    """Distinct applications beyond `max_applications`, not reported by name."""
+
+
 def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapshot:
+    """Judge every open transaction, count per broker, and assemble the snapshot."""
+    v = judge_transactions(obs, settings)
+    min_reported_ms = settings.min_reported_duration_seconds * 1000
+    reported = {
+        tp: age_ms / 1000.0 for tp, age_ms in v.max_age_ms.items() if age_ms >= min_reported_ms
+    }
+    v.late.sort(key=lambda lt: (-lt.age_seconds, lt.transaction.topic, lt.transaction.partition))
+    v.orphaned.sort(key=lambda o: (-o.age_seconds, o.transaction.topic, o.transaction.partition))
+    v.two_phase.sort(key=lambda t: (-t.age_seconds, t.transaction.topic, t.transaction.partition))
+    v.blocking.sort(key=lambda b: (-b.age_seconds, b.transaction.topic, b.transaction.partition))
+    up = any(b.up for b in obs.brokers)
+    return ClusterSnapshot(
+        cluster=obs.cluster,
+        observed_at_ms=obs.observed_at_ms,
+        up=up,
+        brokers=broker_summaries(obs, v),
+        max_active_transaction_duration_seconds=reported,
+        cluster_max_active_transaction_duration_seconds=(
+            max(v.max_age_ms.values()) / 1000.0
+            if v.max_age_ms
+            else (None if obs.unobserved or not up else 0.0)
+        ),
+        late_transactions=tuple(v.late),
+        transaction_states=obs.transaction_states,
+        last_stable_offset_lag=dict(obs.last_stable_offset_lag),
+        unobserved_partitions=len(obs.unobserved),
+        request_errors=obs.request_errors,
+        poll_duration_seconds=obs.poll_duration_seconds,
+        poll_phase_seconds=dict(obs.poll_phase_seconds),
+        unobserved_by_reason=unobserved_by_reason(obs),
+        open_transactions_by_start_time_source=dict(sorted(v.by_source.items())),
+        orphaned_transactions=tuple(v.orphaned),
+        finalized_transaction_version=finalized_transaction_version(obs),
+        supported_transaction_version=(
+            None if obs.finalized_features is None
+            else obs.finalized_features.supported_level(TRANSACTION_VERSION_FEATURE)),
+        compacted_topics={
+            topic: obs.compacted_topics[topic]
+            for topic in sorted(
+                {lt.transaction.topic for lt in v.late}
+                | {o.transaction.topic for o in v.orphaned}
+            )
+            if topic in obs.compacted_topics
+        },
+        blocked_groups_unknown_by_reason=dict(sorted(v.blocked_unknown_by_reason.items())),
+        orphan_detection_warm=obs.orphan_detection_warm and up,
+        unclassified_by_reason=unclassified_by_reason(obs, v.late),
+        two_phase_transactions=tuple(v.two_phase),
+        blocking_transactions=tuple(v.blocking),
+        applications_overflowed=v.applications_overflowed,
+    )
+
+
+
+
+def judge_transactions(obs: ClusterObservation, settings: ClusterSettings) -> TransactionVerdicts:
+    """Each open transaction's age, lateness, classification, orphaned or two-phase standing,
+    and the consumer groups it blocks, where it is old enough to be looked at."""
+    v = TransactionVerdicts()
     now_ms = obs.observed_at_ms
     thresholds = max_timeout_by_broker(obs, settings)
     late_buffer_ms = round(settings.late_buffer_seconds * 1000)
     default_ms = effective_max_timeout_ms(settings, None)
-    min_reported_ms = settings.min_reported_duration_seconds * 1000
-
-    # Oldest open transaction per partition (KIP-664 MaxActiveTransactionDuration).
-    max_age_ms: dict[TopicPartition, int] = {}
-    leader_of: dict[TopicPartition, int] = {}
-    late: list[LateTransaction] = []
-    late_partitions: set[TopicPartition] = set()
-    hanging_partitions: set[TopicPartition] = set()
-    undecided_brokers: set[int] = set()  # a late transaction classified unknown
-    orphaned: list[OrphanedTransaction] = []
-    orphaned_partitions: set[TopicPartition] = set()
-    orphan_undecided_brokers: set[int] = set()
-    two_phase: list[TwoPhaseTransaction] = []
     two_phase_late_ms = settings.two_phase_late_seconds * 1000
     min_age_ms = blocked_groups_min_age_ms(settings)
-    blocking: list[BlockingTransaction] = []
-    applications, applications_overflowed = reported_applications(
+    applications, v.applications_overflowed = reported_applications(
         obs, settings, lambda txn: is_late(
             txn, now_ms, thresholds.get(txn.leader_id, default_ms), late_buffer_ms
         )
     )
-    by_source: dict[str, int] = {}
-    blocked_unknown_by_reason: dict[str, int] = {}
     committed_index: dict[TopicPartition, list[CommittedOffset]] | None = None
     for txn in obs.open_transactions:
-        by_source[txn.start_time_source.value] = by_source.get(txn.start_time_source.value, 0) + 1
+        source = txn.start_time_source.value
+        v.by_source[source] = v.by_source.get(source, 0) + 1
         tp = TopicPartition(txn.topic, txn.partition)
         age_ms = transaction_age_ms(txn, now_ms)
-        if age_ms > max_age_ms.get(tp, -1):
-            max_age_ms[tp] = age_ms
-        leader_of.setdefault(tp, txn.leader_id)
+        if age_ms > v.max_age_ms.get(tp, -1):
+            v.max_age_ms[tp] = age_ms
+        v.leader_of.setdefault(tp, txn.leader_id)
         threshold_ms = thresholds.get(txn.leader_id, default_ms)
         txn_is_late = is_late(txn, now_ms, threshold_ms, late_buffer_ms)
         untracked_polls = obs.untracked_polls.get(txn.key, 0)
@@ -267,8 +336,8 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
             blocked, why = blocked_groups(txn, obs, committed_index)
             if why is not None:
                 blocked_unknown = why.value
-                blocked_unknown_by_reason[blocked_unknown] = (
-                    blocked_unknown_by_reason.get(blocked_unknown, 0) + 1
+                v.blocked_unknown_by_reason[blocked_unknown] = (
+                    v.blocked_unknown_by_reason.get(blocked_unknown, 0) + 1
                 )
         classification = (
             classify(txn, obs.transactional_ids, obs.descriptions, obs.coordinator_view_complete)
@@ -277,7 +346,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         )
         if looked_at:
             assert classification is not None
-            blocking.append(
+            v.blocking.append(
                 BlockingTransaction(
                     transaction=txn,
                     age_seconds=age_ms / 1000.0,
@@ -297,7 +366,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         if txn_is_two_phase:
             # Its own kind: never late or hanging by Kafka's timeout (an external coordinator
             # owns it), stuck only past the cluster's two_phase_late_seconds.
-            two_phase.append(
+            v.two_phase.append(
                 TwoPhaseTransaction(
                     transaction=txn,
                     age_seconds=age_ms / 1000.0,
@@ -308,7 +377,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
             )
             continue
         if txn_is_orphaned:
-            orphaned.append(
+            v.orphaned.append(
                 OrphanedTransaction(
                     transaction=txn,
                     age_seconds=age_ms / 1000.0,
@@ -321,13 +390,13 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                     application=application,
                 )
             )
-            orphaned_partitions.add(tp)
+            v.orphaned_partitions.add(tp)
         elif txn.key in obs.untracked_unknown:
-            orphan_undecided_brokers.add(txn.leader_id)
+            v.orphan_undecided_brokers.add(txn.leader_id)
         if not txn_is_late:
             continue
         assert classification is not None
-        late.append(
+        v.late.append(
             LateTransaction(
                 transaction=txn,
                 age_seconds=age_ms / 1000.0,
@@ -339,23 +408,29 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
                 application=application,
             )
         )
-        late_partitions.add(tp)
+        v.late_partitions.add(tp)
         if classification is Classification.HANGING:
-            hanging_partitions.add(tp)
+            v.hanging_partitions.add(tp)
         elif classification is Classification.UNKNOWN:
-            undecided_brokers.add(txn.leader_id)
+            v.undecided_brokers.add(txn.leader_id)
+    return v
 
+
+def broker_summaries(
+    obs: ClusterObservation, v: TransactionVerdicts
+) -> tuple[BrokerSummary, ...]:
+    """Per broker: partitions with open, late, hanging and orphaned transactions."""
     open_count: dict[int, int] = {}
     late_count: dict[int, int] = {}
     hanging_count: dict[int, int] = {}
     orphaned_count: dict[int, int] = {}
-    for tp, leader in leader_of.items():
+    for tp, leader in v.leader_of.items():
         open_count[leader] = open_count.get(leader, 0) + 1
-        if tp in late_partitions:
+        if tp in v.late_partitions:
             late_count[leader] = late_count.get(leader, 0) + 1
-        if tp in hanging_partitions:
+        if tp in v.hanging_partitions:
             hanging_count[leader] = hanging_count.get(leader, 0) + 1
-        if tp in orphaned_partitions:
+        if tp in v.orphaned_partitions:
             orphaned_count[leader] = orphaned_count.get(leader, 0) + 1
 
     # A broker's counts are known only when every partition it leads was observed (it is up,
@@ -365,7 +440,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
     partial_brokers = {
         leader for tp in obs.unobserved if (leader := obs.leaders.get(tp, -1)) >= 0
     }
-    brokers = tuple(
+    return tuple(
         BrokerSummary(
             broker_id=b.broker_id,
             up=b.up,
@@ -373,12 +448,12 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
             partitions_with_late_transactions=late_count.get(b.broker_id, 0) if known else None,
             partitions_with_hanging_transactions=(
                 hanging_count.get(b.broker_id, 0)
-                if known and b.broker_id not in undecided_brokers
+                if known and b.broker_id not in v.undecided_brokers
                 else None
             ),
             transaction_max_timeout_ms=b.transaction_max_timeout_ms,
             partitions_with_orphaned_transactions=_known_count(
-                orphaned_count, b.broker_id, known, orphan_undecided_brokers
+                orphaned_count, b.broker_id, known, v.orphan_undecided_brokers
             ),
             observable=b.observable,
             partition_verification=b.partition_verification if b.up else None,
@@ -386,59 +461,15 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         for b in sorted(obs.brokers, key=lambda b: b.broker_id)
         for known in (b.up and b.observable and b.broker_id not in partial_brokers,)
     )
+
+
+def unobserved_by_reason(obs: ClusterObservation) -> dict[str, int]:
+    """Unobserved partitions per reason (the metric's small fixed vocabulary)."""
     by_reason: dict[str, int] = {}
     for detail in obs.unobserved.values():
         reason = unobserved_reason(detail).value
         by_reason[reason] = by_reason.get(reason, 0) + 1
-
-    reported = {
-        tp: age_ms / 1000.0 for tp, age_ms in max_age_ms.items() if age_ms >= min_reported_ms
-    }
-    late.sort(key=lambda lt: (-lt.age_seconds, lt.transaction.topic, lt.transaction.partition))
-    orphaned.sort(key=lambda o: (-o.age_seconds, o.transaction.topic, o.transaction.partition))
-    two_phase.sort(key=lambda t: (-t.age_seconds, t.transaction.topic, t.transaction.partition))
-    blocking.sort(key=lambda b: (-b.age_seconds, b.transaction.topic, b.transaction.partition))
-    up = any(b.up for b in obs.brokers)
-    return ClusterSnapshot(
-        cluster=obs.cluster,
-        observed_at_ms=now_ms,
-        up=up,
-        brokers=brokers,
-        max_active_transaction_duration_seconds=reported,
-        cluster_max_active_transaction_duration_seconds=(
-            max(max_age_ms.values()) / 1000.0
-            if max_age_ms
-            else (None if obs.unobserved or not up else 0.0)
-        ),
-        late_transactions=tuple(late),
-        transaction_states=obs.transaction_states,
-        last_stable_offset_lag=dict(obs.last_stable_offset_lag),
-        unobserved_partitions=len(obs.unobserved),
-        request_errors=obs.request_errors,
-        poll_duration_seconds=obs.poll_duration_seconds,
-        poll_phase_seconds=dict(obs.poll_phase_seconds),
-        unobserved_by_reason=dict(sorted(by_reason.items())),
-        open_transactions_by_start_time_source=dict(sorted(by_source.items())),
-        orphaned_transactions=tuple(orphaned),
-        finalized_transaction_version=finalized_transaction_version(obs),
-        supported_transaction_version=(
-            None if obs.finalized_features is None
-            else obs.finalized_features.supported_level(TRANSACTION_VERSION_FEATURE)),
-        compacted_topics={
-            topic: obs.compacted_topics[topic]
-            for topic in sorted(
-                {lt.transaction.topic for lt in late}
-                | {o.transaction.topic for o in orphaned}
-            )
-            if topic in obs.compacted_topics
-        },
-        blocked_groups_unknown_by_reason=dict(sorted(blocked_unknown_by_reason.items())),
-        orphan_detection_warm=obs.orphan_detection_warm and up,
-        unclassified_by_reason=unclassified_by_reason(obs, late),
-        two_phase_transactions=tuple(two_phase),
-        blocking_transactions=tuple(blocking),
-        applications_overflowed=applications_overflowed,
-    )
+    return dict(sorted(by_reason.items()))
 
 
 def blocking_classification(
