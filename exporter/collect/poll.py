@@ -1,4 +1,5 @@
-"""One poll of one cluster: Metadata -> DescribeProducers -> start times -> thresholds ->
+"""One poll of one cluster: Metadata (the previous poll's answer while nothing says it changed,
+`collect.metadata_age`) -> DescribeProducers -> start times -> thresholds ->
 LSO lag -> coordinator view and, only for partitions with a late or orphaned transaction or
 one at least `blocked_groups_min_age_seconds` old, the consumer groups' committed offsets,
 gathered into a `ClusterObservation`.
