@@ -59,6 +59,7 @@ from exporter.settings import ClusterSettings
 __all__ = ["NO_FOCUS", "ClusterPoller", "wall_clock_ms"]
 
 log = get_logger()
+_READER_TURNS = 3
 NO_FOCUS = PollFocus()
 """Nothing asked of the poll by earlier ones: as the first poll after a start."""
 
@@ -271,6 +272,15 @@ class ClusterPoller:
         reason = refresh_reason(
             self._metadata_stale, age_seconds, self.settings.metadata_max_age_seconds
         )
+        if reason is None:
+            # A closed connection is seen by its reader task: let the loop run the readers
+            # of connections a broker closed just now (a FIN takes two loop turns to be read).
+            for _ in range(_READER_TURNS):
+                await asyncio.sleep(0)
+        if reason is None and self._client.lost_broker_connection():
+            # A broker closed its connection between polls (stopped, restarted): this poll
+            # reads where its partitions are now, as the Java client does on a disconnect.
+            reason = MetadataRefresh.BROKER_FAILED
         if reason is None:
             reused = self._client.last_full_metadata()
             if reused is not None:
