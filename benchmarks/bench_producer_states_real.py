@@ -309,11 +309,16 @@ def idle_cpu_rate(pid: int, seconds: float) -> float:
     return (jvm_cpu_s(pid)["total"] - cpu0) / (time.perf_counter() - wall0)
 
 
-def new_poller(cluster: RealKafkaCluster, screening: bool) -> ClusterObserver:
+def new_poller(
+    cluster: RealKafkaCluster, screening: bool, metadata_max_age_seconds: float = 300.0
+) -> ClusterObserver:
+    """`metadata_max_age_seconds` 0: Metadata every poll (the poll before Metadata was reused
+    between polls), the baseline of `--metadata-every-poll-too`."""
     settings = ClusterSettings(
         name="bench-real",
         bootstrap_servers=tuple(cluster.bootstrap.split(",")),
         request_timeout_seconds=300.0,
+        metadata_max_age_seconds=metadata_max_age_seconds,
     )
     return ClusterObserver(settings, screen_crowded_partitions=screening)
 
@@ -391,25 +396,27 @@ def start_broker(version: str, workdir: Path, heap: str) -> RealKafkaCluster:
         raise
 
 
-def measure_both(
+def measure_strategies(
     cluster: RealKafkaCluster, args: argparse.Namespace, traffic: Traffic,
     between: Callable[[], None],
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both pollers cold, `--warmup` alternating unmeasured polls, then each measured."""
+) -> dict[str, dict[str, Any]]:
+    """The pollers cold, `--warmup` alternating unmeasured polls, then each measured: "full"
+    and "screened", and with `--metadata-every-poll-too` "screened_metadata_every_poll"
+    (Metadata asked every poll, as before it was reused between polls)."""
     with counting(traffic):
         pollers = {"full": new_poller(cluster, False), "screened": new_poller(cluster, True)}
+        if args.metadata_every_poll_too:
+            pollers["screened_metadata_every_poll"] = new_poller(cluster, True, 0.0)
         try:
             colds = {name: cold_poll(p, traffic, between) for name, p in pollers.items()}
-            for _ in range(args.warmup):  # the broker's JIT, for both strategies alike
+            for _ in range(args.warmup):  # the broker's JIT, for every strategy alike
                 for p in pollers.values():
                     between()
                     p.poll()
-            return (
-                measure(cluster, pollers["full"], args.polls, traffic, colds["full"], between),
-                measure(
-                    cluster, pollers["screened"], args.polls, traffic, colds["screened"], between
-                ),
-            )
+            return {
+                name: measure(cluster, p, args.polls, traffic, colds[name], between)
+                for name, p in pollers.items()
+            }
         finally:
             for p in pollers.values():
                 p.close()
@@ -433,7 +440,7 @@ def run_level(args: argparse.Namespace, mean: float, traffic: Traffic) -> dict[s
                 writer.between_polls(args.written, random.Random(2)) if writer else lambda: None
             )
             try:
-                full, screened = measure_both(cluster, args, traffic, between)
+                measured = measure_strategies(cluster, args, traffic, between)
             finally:
                 if writer is not None:
                     writer.close()
@@ -441,8 +448,12 @@ def run_level(args: argparse.Namespace, mean: float, traffic: Traffic) -> dict[s
             cluster.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    assert screened["open"] == full["open"] == seeded["open_transactions"], (screened, full)
-    return {"seeding": seeded, "full": full, "screened": screened}
+    assert all(m["open"] == seeded["open_transactions"] for m in measured.values()), measured
+    return {"seeding": seeded, **measured}
+
+
+_STRATEGIES = ("full", "screened", "screened_metadata_every_poll")
+_SHORT = {"full": "full", "screened": "screened", "screened_metadata_every_poll": "meta-all"}
 
 
 def _x(value: float, base: float) -> str:
@@ -465,6 +476,9 @@ def main() -> int:
     parser.add_argument("--written", type=float, default=0.0,
                         help="fraction of the partitions written (one batch each, by one "
                         "long-lived idempotent producer) before every poll; 0 = standing still")
+    parser.add_argument("--metadata-every-poll-too", action="store_true",
+                        help="also measure the screened poll with Metadata asked every poll "
+                        "(metadata_max_age_seconds 0), the baseline of Metadata reuse")
     parser.add_argument("--heap", default="2g", help="broker heap (-Xmx/-Xms); 1M states fit 2g")
     parser.add_argument("--seed-workers", type=int, default=2,
                         help="threads (a connection each) sending the seeding producers")
@@ -493,20 +507,24 @@ def main() -> int:
           "x vs full (bytes/exp/brk)")
     keys = ("bytes", "exporter_cpu_s", "broker_cpu_s")
     for mean, r in results.items():
-        for name in ("full", "screened"):
+        for name in _STRATEGIES:
+            if name not in r:
+                continue
             row = r[name]
             vs0 = "/".join(_x(row[k], base["screened"][k]) for k in keys) if base else "-"
             vsf = "/".join(_x(row[k], r["full"][k]) for k in keys)
-            print(f"{mean:>7} | {name:>8} | {row['bytes']:>10.0f} | {row['requests']:>4} | "
+            print(f"{mean:>7} | {_SHORT[name]:>8} | {row['bytes']:>10.0f} | {row['requests']:>4} | "
                   f"{row['exporter_cpu_s'] * 1000:>10.1f} | {row['broker_cpu_s'] * 1000:>10.1f} | "
                   f"{row['wall_s'] * 1000:>8.1f} | {vs0:>29} | {vsf}")
     print("\nBroker LocalTimeMs per poll, per API (Kafka's RequestMetrics):")
     for mean, r in results.items():
-        for name in ("full", "screened"):
+        for name in _STRATEGIES:
+            if name not in r:
+                continue
             local = r[name]["broker_request_metrics"].get("LocalTimeMs", {})
             parts = ", ".join(f"{api} {v['ms_per_poll']:.1f} ms/{v['requests_per_poll']:g} req"
                               for api, v in sorted(local.items()))
-            print(f"{mean:>7} | {name:>8} | {parts}")
+            print(f"{mean:>7} | {_SHORT[name]:>8} | {parts}")
     return 0
 
 

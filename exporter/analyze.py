@@ -266,6 +266,7 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
         request_errors=obs.request_errors,
         poll_duration_seconds=obs.poll_duration_seconds,
         poll_phase_seconds=dict(obs.poll_phase_seconds),
+        metadata_refresh=obs.metadata_refresh,
         unobserved_by_reason=unobserved_by_reason(obs),
         open_transactions_by_start_time_source=dict(sorted(v.by_source.items())),
         orphaned_transactions=tuple(v.orphaned),

@@ -640,6 +640,16 @@ CLUSTER_SETTINGS: tuple[Setting, ...] = _declare(
     _duration("config_refresh_seconds", 1.0, 7 * DAY_SECONDS,
               "How often broker configs, finalized features (ApiVersions) and the cleanup "
               "policy of topics with late transactions are re-read, {bounds}."),
+    _duration("metadata_max_age_seconds", 0.0, 3600.0,
+              "Longest a poll reuses the previous poll's Metadata answer, {bounds}. Metadata "
+              "is asked again at once when the poll before saw anything that says it changed "
+              "(a leader moved, an unknown topic or partition, a broker that failed, a moved "
+              "coordinator, a partition without a leader, a replica's broker missing from "
+              "Metadata); only new topics and partitions "
+              "wait for this age. The default is the Java client's `metadata.max.age.ms`; "
+              "a transaction's age is read from its first batch, so one on a new topic is "
+              "late on time once seen. 0: Metadata every poll "
+              "([why](docs/kafka-semantics.md#metadata-between-polls))."),
     _integer("max_response_bytes", MIB, 512 * MIB,
              "Largest response frame accepted from a broker, {bounds}. A larger frame fails "
              "that broker's connection (`DECODE_ERROR`) as soon as its 4-byte length is read, "

@@ -212,6 +212,13 @@ METRICS: tuple[MetricSpec, ...] = (
         ("cluster", "broker", "api", "error"),
     ),
     MetricSpec(
+        "kafka_txn_exporter_metadata_refreshes_total", "counter",
+        "Full Metadata answers the polls of the cluster asked for, by why (start, max_age, "
+        "leader_changed, unknown_partition, broker_failed, coordinator_moved, broker_missing, "
+        "leaderless, request_error); a poll with none reused the previous poll's answer.",
+        ("cluster", "reason"),
+    ),
+    MetricSpec(
         "kafka_txn_exporter_unobserved_partitions", "gauge",
         "Partitions whose producer state could not be read in the last poll.",
         ("cluster",),

@@ -309,6 +309,9 @@ class ClusterObservation:
     """`PollPhase` value -> wall seconds of that phase in this poll. Phases that run at the
     same time each count their own wall time (so they may add up to more than the poll). A
     phase the poll did not reach (Metadata failed) is absent, never 0."""
+    metadata_refresh: str | None = None
+    """Why this poll asked the full Metadata (a `collect.metadata_age.MetadataRefresh` value);
+    None when it reused the previous poll's answer or no broker answered."""
     untracked_polls: Mapping[TxnKey, int] = field(default_factory=dict)
     """Filled by the orphan tracker (`exporter.orphans.track`), empty as the poller returns it.
     Per open transaction its coordinator was asked about in this poll and did not track
@@ -487,6 +490,8 @@ class ClusterSnapshot:
     poll_duration_seconds: float
     poll_phase_seconds: Mapping[str, float] = field(default_factory=dict)
     """`ClusterObservation.poll_phase_seconds` of the poll."""
+    metadata_refresh: str | None = None
+    """`ClusterObservation.metadata_refresh` of the poll."""
     unobserved_by_reason: Mapping[str, int] = field(default_factory=dict)
     """Unobserved partitions per `UnobservedReason` value (only reasons with a count)."""
     open_transactions_by_start_time_source: Mapping[str, int] = field(default_factory=dict)

@@ -103,6 +103,10 @@ class ClusterSettings:
     transaction_max_timeout_ms: int | None = None
     """Override for principals that may not DescribeConfigs; skips the lookup."""
     config_refresh_seconds: float = 3600.0
+    metadata_max_age_seconds: float = 300.0
+    """Longest a poll reuses an earlier poll's Metadata answer while nothing says it changed
+    (`exporter.collect.metadata_age`); new topics and partitions are found only through
+    Metadata, so this bounds how late they are seen. 0: Metadata every poll."""
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     """Largest response frame read from a broker; a larger one fails that connection before
     anything is buffered (a Metadata answer for 1M partitions is ~60 MiB)."""

@@ -48,6 +48,8 @@ class ClusterState:
     poll_overruns: int = 0
     """Polls still running when their next run was due (or longer than the interval)."""
     poll_phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    metadata_refreshes_total: Mapping[str, int] = field(default_factory=dict)
+    """Full Metadata requests answered, by why they were asked, accumulated over polls."""
     """The last poll's seconds per `PollPhase` value (its analysis included when measured);
     empty after a poll that raised: no phase is known then."""
 
@@ -158,6 +160,12 @@ class SnapshotStore:
             for err in snapshot.request_errors:
                 key = (str(err.broker_id), err.api, err.error)
                 errors[key] = errors.get(key, 0) + 1
+            refreshes = old.metadata_refreshes_total
+            if snapshot.metadata_refresh is not None:
+                refreshes = MappingProxyType({
+                    **refreshes,
+                    snapshot.metadata_refresh: refreshes.get(snapshot.metadata_refresh, 0) + 1,
+                })
             phases = dict(snapshot.poll_phase_seconds)
             if analyze_seconds is not None:
                 phases[PollPhase.ANALYZE.value] = analyze_seconds
@@ -172,6 +180,7 @@ class SnapshotStore:
                 last_error=None if snapshot.up else "cluster not reachable",
                 request_errors_total=MappingProxyType(errors),
                 poll_phase_seconds=MappingProxyType(phases),
+                metadata_refreshes_total=refreshes,
             )
             self._swap(snapshot.cluster, new)
         self._changed(snapshot.cluster)

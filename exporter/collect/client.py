@@ -270,6 +270,18 @@ class ClusterClient:
         self._last_full_metadata = (version, identity, view)
         return _share_view(view)
 
+    def lost_broker_connection(self) -> bool:
+        """Whether a broker of the last Metadata closed (or failed) its kept connection since
+        the last poll: it may have stopped, and Metadata may have changed."""
+        return any(self.pool.lost_connection(*address) for address in self.brokers.values())
+
+    def last_full_metadata(self) -> MetadataView | None:
+        """The last full Metadata answer's view, for a poll that reuses it (a view of its own
+        over the shared mappings); None before the first answer or after a change was seen
+        and not yet parsed."""
+        cached = self._last_full_metadata
+        return None if cached is None else _share_view(cached[2])
+
     async def close(self) -> None:
         await self.pool.close()
 

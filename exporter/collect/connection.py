@@ -149,6 +149,12 @@ class BrokerConnection:
             self.reauthenticate_at is None or time.monotonic() < self.reauthenticate_at)
 
     @property
+    def lost(self) -> bool:
+        """The connection failed or the broker closed it (seen by its reader, also between
+        requests): the broker may have stopped."""
+        return self._closed_error is not None
+
+    @property
     def is_idle(self) -> bool:
         """No request of this connection awaits its answer."""
         return not self._pending
@@ -533,6 +539,11 @@ class ConnectionPool:
         task = asyncio.get_running_loop().create_task(close_when_idle())
         self._retiring[task] = connection
         task.add_done_callback(lambda done: self._retiring.pop(done, None))
+
+    def lost_connection(self, host: str, port: int) -> bool:
+        """Whether the kept connection to (host, port) was lost since it was opened."""
+        connection = self._connections.get((host, port))
+        return connection is not None and connection.lost
 
     def open_connection(self, host: str, port: int) -> BrokerConnection | None:
         """The open connection to (host, port), if any; never connects."""

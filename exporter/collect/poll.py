@@ -1,4 +1,5 @@
-"""One poll of one cluster: Metadata -> DescribeProducers -> start times -> thresholds ->
+"""One poll of one cluster: Metadata (the previous poll's answer while nothing says it changed,
+`collect.metadata_age`) -> DescribeProducers -> start times -> thresholds ->
 LSO lag -> coordinator view and, only for partitions with a late or orphaned transaction or
 one at least `blocked_groups_min_age_seconds` old, the consumer groups' committed offsets,
 gathered into a `ClusterObservation`.
@@ -30,6 +31,7 @@ from exporter.collect.coordinators import CoordinatorReader
 from exporter.collect.groups import ConsumerGroupReader
 from exporter.collect.loop import run as run_on_loop
 from exporter.collect.lso import LastStableOffsetReader, StableOffsets
+from exporter.collect.metadata_age import MetadataRefresh, refresh_reason, stale_after
 from exporter.collect.pollstate import ApiSupportLog, PollState, wall_clock_ms
 from exporter.collect.producers import ProducerStateReader
 from exporter.collect.start_times import StartTimeResolver
@@ -57,6 +59,7 @@ from exporter.settings import ClusterSettings
 __all__ = ["NO_FOCUS", "ClusterPoller", "wall_clock_ms"]
 
 log = get_logger()
+_READER_TURNS = 3
 NO_FOCUS = PollFocus()
 """Nothing asked of the poll by earlier ones: as the first poll after a start."""
 
@@ -92,6 +95,13 @@ class ClusterPoller:
         self._groups = ConsumerGroupReader(self._client, self._support, settings)
         self._down_logged: set[int] = set()
         self._closed = False
+        self._metadata_stale: MetadataRefresh | None = MetadataRefresh.START
+        """Why the next poll must ask Metadata (what the last poll saw); None: it may reuse
+        the last answer while younger than `metadata_max_age_seconds`."""
+        self._metadata_read_at = 0.0
+        """time.monotonic() of the last full Metadata answer."""
+        self.metadata_refreshes: dict[MetadataRefresh, int] = {}
+        """Full Metadata requests answered since the start, by why they were asked."""
         self.metadata_error: CollectError | None = None
         """Why the last poll's Metadata failed (no broker answered); None when it answered.
         `scan` names the cause from it (authentication, TLS, unreachable, timeout)."""
@@ -137,8 +147,9 @@ class ClusterPoller:
         client.begin_poll()
         state = PollState(now_ms=self._clock_ms())
         try:
-            meta = await state.timed(PollPhase.METADATA, client.metadata())
+            meta, refreshed = await state.timed(PollPhase.METADATA, self._metadata())
         except CollectError as exc:
+            self._metadata_stale = MetadataRefresh.START
             self.metadata_error = exc
             log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
             state.error(-1, "Metadata", exc.kind)
@@ -225,6 +236,11 @@ class ClusterPoller:
             ),
         )
 
+        self._metadata_stale = stale_after(
+            state.request_errors,
+            leaderless=bool(meta.leaderless),
+            broker_missing=not meta.replica_ids <= meta.brokers.keys(),
+        )
         return ClusterObservation(
             cluster=self.settings.name,
             observed_at_ms=state.now_ms,
@@ -241,12 +257,39 @@ class ClusterPoller:
             request_errors=tuple(state.request_errors),
             poll_duration_seconds=time.monotonic() - started,
             poll_phase_seconds=state.phase_seconds,
+            metadata_refresh=None if refreshed is None else refreshed.value,
             finalized_features=self._broker_config.finalized_features(),
             compacted_topics=compacted_topics,
             high_watermarks=offsets.high_watermarks,
             last_stable_offsets=offsets.last_stable_offsets,
             consumer_groups=group_offsets,
         )
+
+    async def _metadata(self) -> tuple[MetadataView, MetadataRefresh | None]:
+        """The previous poll's Metadata answer while nothing says it changed and it is younger
+        than `metadata_max_age_seconds`; else a new one (`collect.metadata_age`), with why."""
+        age_seconds = time.monotonic() - self._metadata_read_at
+        reason = refresh_reason(
+            self._metadata_stale, age_seconds, self.settings.metadata_max_age_seconds
+        )
+        if reason is None:
+            # A closed connection is seen by its reader task: let the loop run the readers
+            # of connections a broker closed just now (a FIN takes two loop turns to be read).
+            for _ in range(_READER_TURNS):
+                await asyncio.sleep(0)
+        if reason is None and self._client.lost_broker_connection():
+            # A broker closed its connection between polls (stopped, restarted): this poll
+            # reads where its partitions are now, as the Java client does on a disconnect.
+            reason = MetadataRefresh.BROKER_FAILED
+        if reason is None:
+            reused = self._client.last_full_metadata()
+            if reused is not None:
+                return reused, None
+            reason = MetadataRefresh.START
+        meta = await self._client.metadata()
+        self._metadata_read_at = time.monotonic()
+        self.metadata_refreshes[reason] = self.metadata_refreshes.get(reason, 0) + 1
+        return meta, reason
 
     def _late_rule(self, now_ms: int) -> Callable[[OpenTransaction], bool]:
         """`rules.is_late` with each leader's threshold: ids to ask coordinators about."""

@@ -24,7 +24,12 @@ from exporter.collect.client import (
     batch_partitions,
     describe_producers_request,
 )
-from exporter.collect.connection import BrokerConnection, CollectError, ResponseTooLarge
+from exporter.collect.connection import (
+    BrokerConnection,
+    BrokerUnreachable,
+    CollectError,
+    ResponseTooLarge,
+)
 from exporter.collect.errors import (
     MISSING_FROM_ANSWER,
     NOT_LEADER_OR_FOLLOWER,
@@ -146,20 +151,22 @@ class ProducerStateReader:
             )
         if not retry:
             return
-        # NOT_LEADER_OR_FOLLOWER: leadership moved since Metadata; ask again, retry once.
+        # NOT_LEADER_OR_FOLLOWER, or a leader that refused the connection: leadership may
+        # have moved since Metadata; ask again, retry once.
         topics = sorted({tp.topic for tp in retry})
         try:
             fresh = await self._client.metadata(topics)
         except CollectError as exc:
             state.error(-1, "Metadata", exc.kind)
             for tp in retry:
-                state.unobserved[tp] = "NOT_LEADER_OR_FOLLOWER"
+                state.unobserved.setdefault(tp, "NOT_LEADER_OR_FOLLOWER")
             return
         by_leader: dict[int, dict[str, list[int]]] = {}
         # New mappings on this poll's view: the old ones may be shared with the client's
         # parse of the last Metadata answer, which the next poll may reuse (never written).
         leaders = dict(meta.leaders)
         for tp in sorted(retry):
+            state.unobserved.pop(tp, None)  # asked again: its new answer or error decides
             leader = fresh.leaders.get(tp, -1)
             if leader < 0:
                 state.unobserved[tp] = "LEADER_NOT_AVAILABLE"
@@ -377,6 +384,10 @@ class ProducerStateReader:
             for topic, partitions in batch:
                 for p in partitions:
                     state.unobserved[TopicPartition(topic, p)] = reason
+            if isinstance(exc, BrokerUnreachable) and retry_allowed and not apart:
+                # Refused or closed: the broker may be gone and its partitions led elsewhere
+                # (Metadata may be an earlier poll's); asked again where Metadata says now.
+                return [TopicPartition(t, p) for t, partitions in batch for p in partitions]
             return []
         answer = parse_describe_producers(response, leader, batch)
         state.open_entries.extend(answer.entries)

@@ -199,6 +199,13 @@ def _collect_exporter_own(state: ClusterState, fam: _Families) -> None:
             errors.add_metric(values, n)
 
         fam.add_cluster_metric(errors, state, add, broker, api, error)
+    refreshes = fam.families["kafka_txn_exporter_metadata_refreshes_total"]
+    assert isinstance(refreshes, CounterMetricFamily)
+    for reason, count in sorted(state.metadata_refreshes_total.items()):
+        def add_refreshes(values: list[str], n: float = float(count)) -> None:
+            refreshes.add_metric(values, n)
+
+        fam.add_cluster_metric(refreshes, state, add_refreshes, reason)
     snap = state.snapshot
     if snap is None:
         return

@@ -501,7 +501,9 @@ def test_describe_producers_requests_are_reused_while_metadata_is_unchanged(
     make_env: MakeEnv,
 ) -> None:
     fake = three_brokers()
-    env = make_env(fake)
+    # Metadata every poll: the poll right after the move reads the changed answer (with the
+    # default age the old leader's NOT_LEADER_OR_FOLLOWER would first ask it again).
+    env = make_env(fake, metadata_max_age_seconds=0.0)
     env.poll()
     first = env.poller.poller._producers._cached_requests
     env.poll()

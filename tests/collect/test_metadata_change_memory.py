@@ -45,7 +45,10 @@ def env() -> Iterator[PollEnv]:
     with (
         SimCluster(brokers=3, topics={"t": PARTITIONS},
                    broker_config=CAPTURE_BROKER_CONFIG) as sim,
-        poll_env(sim, "metadata-memory", request_timeout_seconds=10.0) as env,
+        # Metadata every poll: the poll right after the move parses the changed answer (with
+        # the default age the moved partition's error would first ask it again).
+        poll_env(sim, "metadata-memory", request_timeout_seconds=10.0,
+                 metadata_max_age_seconds=0.0) as env,
     ):
         yield env
 

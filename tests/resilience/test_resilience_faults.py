@@ -126,7 +126,8 @@ def test_poll_longer_than_the_interval_never_overlaps_nor_piles_up(sim: SimClust
 
         return ClusterJob(settings, poll, job.analyze, job.close)
 
-    settings = cluster_settings(sim, poll_interval_seconds=0.2, request_timeout_seconds=5.0)
+    settings = cluster_settings(sim, poll_interval_seconds=0.2, request_timeout_seconds=5.0,
+                                metadata_max_age_seconds=0.0)  # every poll meets the slow answer
     with in_process_exporter(settings, job_factory=job_factory) as scraper:
         wait_healthy(scraper)
         sim.set_latency(1000, api_key=METADATA)
@@ -222,7 +223,10 @@ FAULT_ERRORS = {"malformed": "DECODE_ERROR", "truncate": "BROKER_UNREACHABLE",
 def test_broken_responses(sim: SimCluster, kind: str, api_key: int, api: str) -> None:
     """Truncated (FIN mid-frame), malformed (undecodable) and reset (RST mid-frame) answers
     from every broker, until the fault is cleared."""
-    with in_process_exporter(cluster_settings(sim)) as scraper:
+    # Metadata every poll, so that every poll meets the broken Metadata answers (by default a
+    # poll that saw nothing change reuses the previous answer).
+    every_poll = {"metadata_max_age_seconds": 0.0} if api == "Metadata" else {}
+    with in_process_exporter(cluster_settings(sim, **every_poll)) as scraper:
         wait_healthy(scraper)
         sim.fail_next_responses(kind, api_key=api_key, count=None)  # type: ignore[arg-type]
         scraper.wait_for(lambda: errors(scraper, api=api, error=FAULT_ERRORS[kind]) >= 2,
