@@ -214,8 +214,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kafka_txn_exporter_metadata_refreshes_total", "counter",
         "Full Metadata answers the polls of the cluster asked for, by why (start, max_age, "
-        "leader_changed, unknown_partition, broker_failed, coordinator_moved, broker_missing, "
-        "leaderless, request_error); a poll with none reused the previous poll's answer.",
+        "leader_changed, unknown_partition, broker_failed, session_ended, coordinator_moved, "
+        "broker_missing, leaderless, request_error); a poll with none reused the previous "
+        "poll's answer.",
         ("cluster", "reason"),
     ),
     MetricSpec(

@@ -275,6 +275,10 @@ class ClusterClient:
         the last poll: it may have stopped, and Metadata may have changed."""
         return any(self.pool.lost_connection(*address) for address in self.brokers.values())
 
+    def broker_session_ended(self) -> bool:
+        """Whether a kept connection to a broker of the last Metadata must log in again."""
+        return any(self.pool.session_ended(*address) for address in self.brokers.values())
+
     def last_full_metadata(self) -> MetadataView | None:
         """The last full Metadata answer's view, for a poll that reuses it (a view of its own
         over the shared mappings); None before the first answer or after a change was seen

@@ -149,6 +149,11 @@ class BrokerConnection:
             self.reauthenticate_at is None or time.monotonic() < self.reauthenticate_at)
 
     @property
+    def session_ended(self) -> bool:
+        """Its SASL session lifetime is over: a new connection must log in again."""
+        return self.reauthenticate_at is not None and time.monotonic() >= self.reauthenticate_at
+
+    @property
     def lost(self) -> bool:
         """The connection failed or the broker closed it (seen by its reader, also between
         requests): the broker may have stopped."""
@@ -544,6 +549,12 @@ class ConnectionPool:
         """Whether the kept connection to (host, port) was lost since it was opened."""
         connection = self._connections.get((host, port))
         return connection is not None and connection.lost
+
+    def session_ended(self, host: str, port: int) -> bool:
+        """Whether the kept connection to (host, port) must log in again (its SASL session
+        lifetime is over)."""
+        connection = self._connections.get((host, port))
+        return connection is not None and connection.session_ended
 
     def open_connection(self, host: str, port: int) -> BrokerConnection | None:
         """The open connection to (host, port), if any; never connects."""

@@ -26,6 +26,9 @@ class MetadataRefresh(Enum):
     LEADER_CHANGED = "leader_changed"
     UNKNOWN_PARTITION = "unknown_partition"
     BROKER_FAILED = "broker_failed"
+    SESSION_ENDED = "session_ended"
+    """A kept connection's SASL session ended (KIP-368): the next request must log in again,
+    and Metadata is what tells whether it still can (and names the cause when not)."""
     COORDINATOR_MOVED = "coordinator_moved"
     BROKER_MISSING = "broker_missing"
     """A replica's broker is absent from Metadata (down): only Metadata tells it is back."""

@@ -281,6 +281,10 @@ class ClusterPoller:
             # A broker closed its connection between polls (stopped, restarted): this poll
             # reads where its partitions are now, as the Java client does on a disconnect.
             reason = MetadataRefresh.BROKER_FAILED
+        if reason is None and self._client.broker_session_ended():
+            # Logging in again may now fail (an expired token, a revoked secret): Metadata
+            # first, so a refused login reads as the cluster's failure with its cause.
+            reason = MetadataRefresh.SESSION_ENDED
         if reason is None:
             reused = self._client.last_full_metadata()
             if reused is not None:
