@@ -126,8 +126,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         import tracemalloc
 
         tracemalloc.start()
+    # Metadata every poll: each changed answer is parsed by the poll right after the move (with
+    # Metadata reused, the move would show first as a not-leader error, then be read).
     settings = ClusterSettings(name="bench", bootstrap_servers=(info["bootstrap"],),
-                               request_timeout_seconds=args.request_timeout)
+                               request_timeout_seconds=args.request_timeout,
+                               metadata_max_age_seconds=0)
     poller = ClusterObserver(settings)
     store = SnapshotStore([settings])
     samples: list[dict[str, Any]] = []
