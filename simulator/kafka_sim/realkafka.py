@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -192,12 +193,38 @@ def _has_class(lib: Path, entry: str) -> bool:
     )
 
 
+_ISSUED_PORTS: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux: ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
+    """A TCP port free on 127.0.0.1 now, below the kernel's ephemeral range where it can: a JVM
+    binds its listeners many seconds after the port is chosen (longer on a loaded machine),
+    and a broker restarted on its port needs it again, while every outgoing connection of the
+    machine takes a local port from the ephemeral range in the meantime."""
+    low = _ephemeral_low()
+    candidates = random.sample(range(10000, low), min(200, max(0, low - 10000)))
+    for port in candidates:
+        if port in _ISSUED_PORTS:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _ISSUED_PORTS.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def _die_with_parent() -> None:

@@ -65,6 +65,14 @@ def _process(app: str, transactional_id: str | None) -> str | None:
     return match.group(1) if match else None
 
 
+def _commits(lines: list[str]) -> int | None:
+    """The last "COMMITS <n>" the application printed: its threads' committed transactions."""
+    for line in reversed(lines):
+        if line.startswith("COMMITS "):
+            return int(line.split()[1])
+    return None
+
+
 def test_streams_exactly_once_v2_under_a_rebalance_a_kill_and_a_broker_restart(
     clients_kafka: RealKafkaCluster, focused_kafka_version: str, tmp_path: Path
 ) -> None:
@@ -121,11 +129,21 @@ def test_streams_exactly_once_v2_under_a_rebalance_a_kill_and_a_broker_restart(
             assert states[transactional_id].state == "CompleteAbort", states[transactional_id]
 
         loop.phase = "broker restart"
+        before_restart = len(second.lines)
+        committed_before = _commits(second.lines)
         clients_kafka.kill(1, signal.SIGTERM)
         clients_kafka.restart(1)
         loop.phase = "after restart"
+        # Streams' own word first: its threads rejoin and commit again (on a loaded machine
+        # that takes a rebalance and minutes), then the exporter sees its transactions.
+        second.wait(
+            "instance b committing again after the restart",
+            lambda line: (_commits([line]) or 0) > (committed_before or 0),
+            STARTUP_S,
+            start=before_restart,
+        )  # fmt: skip
         loop.wait_for(
-            "instance b committing again",
+            "instance b's transactions seen again",
             lambda r: any(process(v) == process_b and v.tracked for v in r.verdicts),
             120,
         )  # fmt: skip
