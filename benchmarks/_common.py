@@ -17,6 +17,7 @@ import platform
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -108,6 +109,20 @@ def hwm_mib() -> float:
 
 # -- output -------------------------------------------------------------------------------------
 
+
+
+def read_listen_url(proc: subprocess.Popen[str], timeout_seconds: float = 600.0) -> str:
+    """The URL a `serve` child logs in its `exporter_started` line (JSON logs on stderr).
+    Generous: at load 15 on two cores a start takes far longer than when idle."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        if '"exporter_started"' in line:
+            return str(json.loads(line)["listen"])
+    raise RuntimeError("serve did not log exporter_started")
 
 def emit(record: dict[str, Any]) -> None:
     print(RESULT_PREFIX + json.dumps(record, sort_keys=True), flush=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import statistics
@@ -101,16 +100,7 @@ def exporter_process(bootstrap: str, poll_interval: float,
     drain: subprocess.Popen[bytes] | None = None
     try:
         assert proc.stderr is not None
-        url = ""
-        deadline = time.monotonic() + 30
-        while not url and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            if '"exporter_started"' in line:
-                url = str(json.loads(line)["listen"])
-        if not url:
-            raise RuntimeError("exporter did not start")
+        url = common.read_listen_url(proc)
         drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=subprocess.DEVNULL)
         yield url, proc.pid
     finally:

@@ -76,16 +76,7 @@ def exporter_process(config: Path, root: Path) -> Iterator[tuple[str, int]]:
     drain: subprocess.Popen[bytes] | None = None
     try:
         assert proc.stderr is not None
-        url = ""
-        deadline = time.monotonic() + 60
-        while not url and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            if '"exporter_started"' in line:
-                url = str(json.loads(line)["listen"])
-        if not url:
-            raise RuntimeError("exporter did not start")
+        url = common.read_listen_url(proc)
         drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=subprocess.DEVNULL)
         yield url, proc.pid
     finally:

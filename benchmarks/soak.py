@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, emit, machine_info
+from _common import REPO_ROOT, emit, machine_info, read_listen_url
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
 from kafka_sim.workload import Workload
@@ -109,17 +109,6 @@ def clusters_config(bootstraps: list[str], poll_interval: str) -> str:
     lines += ["log:", "  format: json", "  level: warning"]
     return "\n".join(lines) + "\n"
 
-
-def read_listen_url(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
-    assert proc.stderr is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        if '"exporter_started"' in line:
-            return str(json.loads(line)["listen"])
-    raise RuntimeError("serve did not log exporter_started")
 
 
 def run(minutes: float, sample_seconds: float, tps: float, warmup_seconds: float,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waits import SUBPROCESS_HANG_S
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +29,7 @@ def _run(script: str, *args: str) -> tuple[str, list[dict[str, Any]]]:
         [sys.executable, str(BENCHMARKS / script), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SUBPROCESS_HANG_S,
         cwd=REPO_ROOT,
         check=False,
     )

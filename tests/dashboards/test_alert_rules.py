@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from waits import SUBPROCESS_HANG_S
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "dashboards" / "alerts" / "rules.yaml"
@@ -50,7 +51,8 @@ def _records() -> dict[str, str]:
 @pytest.mark.system_tools  # promtool
 def test_promtool_check_rules_accepts_the_rules_file() -> None:
     result = subprocess.run(
-        [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+        [_promtool(), "check", "rules", str(RULES)],
+        capture_output=True, text=True, timeout=SUBPROCESS_HANG_S,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(_all_rules())} rules found" in result.stdout
@@ -63,7 +65,7 @@ def test_promtool_unit_tests_pass_for_every_alert() -> None:
         cwd=RULES_TEST.parent,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SUBPROCESS_HANG_S,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
@@ -160,7 +162,7 @@ def test_the_exporter_absence_rules_exist_and_use_the_selector(tmp_path: Path) -
          "--exporter-selector", 'job="kte", namespace="mon"',
          "--set", "KafkaTxnExporterAbsent.window=3m",
          "--set", "KafkaHangingTransaction.severity=info"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=SUBPROCESS_HANG_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = yaml.safe_load((tmp_path / "alerts" / "rules.yaml").read_text(encoding="utf-8"))
@@ -172,7 +174,7 @@ def test_the_exporter_absence_rules_exist_and_use_the_selector(tmp_path: Path) -
     assert rules["KafkaHangingTransaction"]["labels"] == {"severity": "info"}
     checked = subprocess.run(
         [_promtool(), "check", "rules", str(tmp_path / "alerts" / "rules.yaml")],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=SUBPROCESS_HANG_S,
     )  # fmt: skip
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
@@ -181,7 +183,7 @@ def test_generator_rejects_an_unknown_setting(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "dashboards.generate", "--out-dir", str(tmp_path),
          "--set", "KafkaHangingTransaction.threshold=5"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=SUBPROCESS_HANG_S,
     )  # fmt: skip
     assert result.returncode == 2
     assert "ALERT.KEY=VALUE" in result.stderr

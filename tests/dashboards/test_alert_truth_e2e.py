@@ -48,7 +48,7 @@ from exporterproc import ExporterProcess, free_port
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import hanging_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver, stopping
-from waits import wait_for
+from waits import SUBPROCESS_HANG_S, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.system_tools]  # prometheus, alertmanager
 
@@ -141,7 +141,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         [sys.executable, "-m", "dashboards.generate", "--out-dir", str(generated),
          *(arg for alert in ("KafkaLateTransactions", *PAGES)
            for arg in ("--set", f"{alert}.for=1s"))],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=SUBPROCESS_HANG_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     sim = SimCluster(
@@ -256,7 +256,7 @@ def test_a_page_is_true_through_restarts_abort_and_the_exporter_stopping(stack: 
     command = _abort_command(b, offset)
     aborted_at = time.time()
     done = subprocess.run([*shlex.split(command), "--yes"], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=SUBPROCESS_HANG_S)
     assert done.returncode == 0, done.stdout + done.stderr
     resolved = [stack.wait_notification(offset, "resolved", name, since=aborted_at)
                 for name in PAGES]

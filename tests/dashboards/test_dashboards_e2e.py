@@ -49,7 +49,7 @@ from kafka_sim.cluster import SimCluster
 from kafka_sim.consumer import commit_offset
 from kafka_sim.producer import hanging_transaction, open_transaction
 from promstack import Alertmanager, Notification, Prometheus, WebhookReceiver
-from waits import wait_for
+from waits import SUBPROCESS_HANG_S, wait_for
 
 from exporter.app import serve
 from exporter.expose.http import MetricsServer
@@ -96,7 +96,7 @@ def _generate_rules(out_dir: Path) -> Path:
             sys.executable, "-m", "dashboards.generate", "--out-dir", str(out_dir),
             "--set", "KafkaLateTransactions.for=1s", "--set", "KafkaHangingTransaction.for=1s",
         ],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=SUBPROCESS_HANG_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return out_dir / "alerts" / "rules.yaml"
@@ -488,7 +488,7 @@ def test_sigterm_while_a_hanging_transaction_pages_pages_absence_and_never_resol
             "--set", "KafkaTxnExporterAbsent.for=1s",
             "--set", "KafkaTxnExporterTargetDown.for=1s",
         ],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=SUBPROCESS_HANG_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     sim = SimCluster(

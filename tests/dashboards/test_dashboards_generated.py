@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waits import SUBPROCESS_HANG_S
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = {
@@ -24,7 +25,7 @@ def _generate(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SUBPROCESS_HANG_S,
     )
 
 

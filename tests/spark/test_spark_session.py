@@ -10,6 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from waits import SUBPROCESS_HANG_S
+
 from exporter.spark.session import package_zip
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exporter"
@@ -36,7 +38,7 @@ def test_a_python_without_the_exporter_imports_it_from_the_zip() -> None:
          "import sys; sys.path.insert(0, sys.argv[1])\n"
          "import exporter.analyze, exporter.expose\n"
          "print(exporter.analyze.__file__)\nprint(exporter.expose.__file__)", str(zip_path)],
-        capture_output=True, text=True, timeout=60, cwd="/",
+        capture_output=True, text=True, timeout=SUBPROCESS_HANG_S, cwd="/",
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.splitlines() == [

@@ -44,6 +44,7 @@ from kafka_sim.producer import hanging_transaction
 from packaging.requirements import Requirement
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from waits import SUBPROCESS_HANG_S
 
 from exporter.analyze import analyze
 from exporter.config import load_settings
@@ -146,7 +147,7 @@ def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [str(python), "-c", "import kafka, prometheus_client, structlog, yaml, apscheduler\n"
          "try:\n import exporter\nexcept ModuleNotFoundError:\n print('no exporter')\n"
          "else:\n print('exporter at', exporter.__file__)"],
-        capture_output=True, text=True, env=clean_env(), cwd=root, timeout=60,
+        capture_output=True, text=True, env=clean_env(), cwd=root, timeout=SUBPROCESS_HANG_S,
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "no exporter"
