@@ -175,6 +175,7 @@ class ProducerStateReader:
             by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
         meta.leaders = leaders
         meta.brokers = {**meta.brokers, **fresh.brokers}
+        meta.unlisted_leader_topics = None  # walked again, if asked, for the new mappings
         await self._round(by_leader, state, False, cache=False, relearn=True)
 
     def _reuse_answers(
