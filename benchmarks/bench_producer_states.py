@@ -12,7 +12,9 @@ partitions with an open transaction (so screening has partitions to ask about). 
 strategy, one cold poll (it learns the counts), then `--polls` warm polls measured:
 - bytes received: the answers' payload bytes, per API (counted where the exporter decodes them);
 - requests sent, per API;
-- exporter CPU: `time.thread_time()` of the polling thread (the poller's loop runs there);
+- exporter CPU: the CPU time of the process's polling loop thread over the poll
+  (`_common.polling_loop_cpu_s`: every poll runs on that shared loop, exporter/collect/loop.py,
+  while the thread calling `poll()` only waits for it);
 - simulator CPU: process CPU minus the exporter's (the broker side's cost, plus the sim's tick);
 - wall: `ClusterPoller.poll()`.
 The simulator runs in this process (its own thread), so wall includes waiting for it.
@@ -204,10 +206,11 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
             if between is not None:
                 between()
             traffic.reset()
-            cpu0, proc0, wall0 = time.thread_time(), time.process_time(), time.perf_counter()
+            cpu0, proc0 = common.polling_loop_cpu_s(), time.process_time()
+            wall0 = time.perf_counter()
             obs = poller.poll()
             wall = time.perf_counter() - wall0
-            cpu = time.thread_time() - cpu0
+            cpu = common.polling_loop_cpu_s() - cpu0
             proc = time.process_time() - proc0
             rows.append({**traffic.poll_row(obs), "exporter_cpu_s": cpu,
                          "sim_cpu_s": max(0.0, proc - cpu), "wall_s": wall})
