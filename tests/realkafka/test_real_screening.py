@@ -212,13 +212,16 @@ def test_first_poll_screened_still_finds_a_hanging_and_a_late_transaction(
             reference = full.poll()
         finally:
             full.close()
-        # One partition of every topic in the leader's sample: this topic's first, crowded.
+        # One partition of every topic in the leader's sample: this topic's one is crowded.
         topics = {tp.topic for tp in reference.leaders}
         monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", len(topics))
         asked = describe_producers_asked(monkeypatch)
         with poll_env(real_kafka, request_timeout_seconds=30.0) as env:
             first, snapshot = env.poll()
-        assert {k for k in asked if k[0] == topic} == {(topic, 0), (topic, 3), (topic, 4)}
+        mine_asked = {p for t, p in asked if t == topic}
+        # The two with LSO < HW, and the topic's one sampled partition (the first in the
+        # Metadata answer's order, which is the broker's own).
+        assert {3, 4} <= mine_asked and len(mine_asked - {3, 4}) <= 1
 
         def mine(obs: Any) -> set[tuple[int, int, int]]:
             return {
