@@ -142,3 +142,11 @@ def test_moved_partition_whose_lso_stood_still_is_asked_again(
         first_txn.abort()
         if second_txn is not None:
             second_txn.abort()
+
+
+def test_sample_takes_each_topics_first_partitions_in_turn() -> None:
+    per_topic = {"a": [4, 1, 2], "b": [7], "c": [0, 3]}
+    assert producers._sample(per_topic, 2) == {"a": 1, "b": 1}
+    assert producers._sample(per_topic, 4) == {"a": 2, "b": 1, "c": 1}
+    assert producers._sample(per_topic, 100) == {"a": 3, "b": 1, "c": 2}
+    assert producers._sample(per_topic, 0) == {}
