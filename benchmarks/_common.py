@@ -124,6 +124,26 @@ def read_listen_url(proc: subprocess.Popen[str], timeout_seconds: float = 600.0)
             return str(json.loads(line)["listen"])
     raise RuntimeError("serve did not log exporter_started")
 
+
+def polling_loop_cpu_s() -> float:
+    """CPU seconds of the process's polling loop thread (`exporter.collect.loop`, started if
+    not yet): every poll runs there, while the thread calling `poll()` only waits. From the
+    scheduler's nanosecond account (/proc/self/task/<tid>/schedstat), ticks where none."""
+    from exporter.collect import loop
+
+    loop.shared_loop()
+    thread = loop._thread
+    assert thread is not None and thread.native_id is not None
+    task = f"/proc/self/task/{thread.native_id}"
+    try:
+        with open(f"{task}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        with open(f"{task}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def emit(record: dict[str, Any]) -> None:
     print(RESULT_PREFIX + json.dumps(record, sort_keys=True), flush=True)
 

@@ -9,10 +9,14 @@ Per mean states per partition (0 = no producer state at all, the baseline): a fr
 of `--partitions` partitions on `--brokers` brokers, seeded with idempotent producer states
 (0.1: skewed, hot topics holding most; >= 1: that many on every partition) and ~1% of the
 partitions with an open transaction (so screening has partitions to ask about). For each
-strategy, one cold poll (it learns the counts), then `--polls` warm polls measured:
+strategy, three cold polls (the first after a start, then the first reads and sessions),
+recorded apart (`cold_polls`, and `first_vs_warm`: the first poll against the warm median),
+then `--polls` warm polls measured:
 - bytes received: the answers' payload bytes, per API (counted where the exporter decodes them);
 - requests sent, per API;
-- exporter CPU: `time.thread_time()` of the polling thread (the poller's loop runs there);
+- exporter CPU: the CPU time of the process's polling loop thread over the poll
+  (`_common.polling_loop_cpu_s`: every poll runs on that shared loop, exporter/collect/loop.py,
+  while the thread calling `poll()` only waits for it);
 - simulator CPU: process CPU minus the exporter's (the broker side's cost, plus the sim's tick);
 - wall: `ClusterPoller.poll()`.
 The simulator runs in this process (its own thread), so wall includes waiting for it.
@@ -196,18 +200,26 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
                            screen_crowded_partitions=screening)
     rows: list[dict[str, Any]] = []
     try:
+        cold: list[dict[str, Any]] = []
         for _ in range(3):  # cold: connections, counts learnt, first reads, sessions
             if between is not None:
                 between()
-            poller.poll()
+            traffic.reset()
+            cpu0, wall0 = common.polling_loop_cpu_s(), time.perf_counter()
+            obs = poller.poll()
+            wall = time.perf_counter() - wall0
+            cold.append({"bytes": sum(traffic.bytes.values()),
+                         "exporter_cpu_s": common.polling_loop_cpu_s() - cpu0,
+                         "wall_s": wall, "open": len(obs.open_transactions)})
         for _ in range(polls):
             if between is not None:
                 between()
             traffic.reset()
-            cpu0, proc0, wall0 = time.thread_time(), time.process_time(), time.perf_counter()
+            cpu0, proc0 = common.polling_loop_cpu_s(), time.process_time()
+            wall0 = time.perf_counter()
             obs = poller.poll()
             wall = time.perf_counter() - wall0
-            cpu = time.thread_time() - cpu0
+            cpu = common.polling_loop_cpu_s() - cpu0
             proc = time.process_time() - proc0
             rows.append({**traffic.poll_row(obs), "exporter_cpu_s": cpu,
                          "sim_cpu_s": max(0.0, proc - cpu), "wall_s": wall})
@@ -216,6 +228,10 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
     med = {k: statistics.median(r[k] for r in rows) for k in (
         "bytes", "describe_producers_bytes", "list_offsets_bytes", "fetch_bytes", "requests",
         "exporter_cpu_s", "sim_cpu_s", "wall_s")}
+    med["cold_polls"] = cold
+    med["first_vs_warm"] = {
+        k: common.ratio(cold[0][k], med[k]) for k in ("bytes", "exporter_cpu_s", "wall_s")
+    }
     med["open"] = rows[-1]["open"]
     med["unobserved"] = rows[-1]["unobserved"]
     med["requests_by_api"] = rows[-1]["requests_by_api"]

@@ -94,6 +94,10 @@ class MetadataView:
     leaderless: Mapping[TopicPartition, str] = field(default_factory=dict)
     replica_ids: AbstractSet[int] = field(default_factory=frozenset)
     """Every broker named as a replica: a dead broker leaves `brokers` but stays here."""
+    unlisted_leader_topics: AbstractSet[str] | None = None
+    """Topics with a partition led by a broker `brokers` does not list, found while parsing
+    (once per Metadata answer, not once per poll and reader: a walk over every partition);
+    None: not known for this view's mappings (`collect.groups.unlisted_leader` walks then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +323,7 @@ def _share_view(view: MetadataView) -> MetadataView:
     that re-routes replaces a mapping on its view, never writes into the shared one."""
     return MetadataView(
         view.brokers, view.leaders, view.by_leader, view.topic_ids, view.leaderless,
-        view.replica_ids,
+        view.replica_ids, view.unlisted_leader_topics,
     )
 
 
@@ -370,7 +374,13 @@ def parse_metadata(response: Any) -> MetadataView:
                 per_topic[name] = [p.partition_index]
             else:
                 partitions.append(p.partition_index)
-    return MetadataView(brokers, leaders, by_leader, topic_ids, leaderless, replica_ids)
+    unlisted = {
+        name for leader, per_topic in by_leader.items() if leader not in brokers
+        for name in per_topic
+    }
+    return MetadataView(
+        brokers, leaders, by_leader, topic_ids, leaderless, replica_ids, unlisted
+    )
 
 
 def _parse_lean_metadata(response: LeanMetadataResponse) -> MetadataView:
@@ -410,8 +420,13 @@ def _parse_lean_metadata(response: LeanMetadataResponse) -> MetadataView:
                 per_topic[name] = partitions
             else:
                 known.extend(partitions)
+    unlisted = {
+        name for leader, per_topic in by_leader.items() if leader not in brokers
+        for name in per_topic
+    }
     return MetadataView(
-        brokers, leaders, by_leader, topic_ids, leaderless, set(response.replica_ids)
+        brokers, leaders, by_leader, topic_ids, leaderless, set(response.replica_ids),
+        unlisted,
     )
 
 

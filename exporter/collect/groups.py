@@ -347,9 +347,15 @@ class ConsumerGroupReader:
 
 def unlisted_leader(meta: MetadataView, topic: str) -> bool:
     """Whether a partition of `topic` (an internal topic whose leaders coordinate) is led by a
-    broker missing from Metadata's broker list: that coordinator's listing is not asked."""
-    brokers = meta.brokers
-    return any(
-        tp.topic == topic and leader >= 0 and leader not in brokers
-        for tp, leader in meta.leaders.items()
-    )
+    broker missing from Metadata's broker list: that coordinator's listing is not asked.
+    Read from the topics the Metadata parse found so (no walk over every partition per poll
+    while Metadata is reused); walked once, and kept on the view, when a poll changed its
+    mappings."""
+    topics = meta.unlisted_leader_topics
+    if topics is None:
+        brokers = meta.brokers
+        topics = meta.unlisted_leader_topics = {
+            tp.topic for tp, leader in meta.leaders.items()
+            if leader >= 0 and leader not in brokers
+        }
+    return topic in topics

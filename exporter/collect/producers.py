@@ -8,7 +8,13 @@ screened first (`collect.screening`: its high watermark and last stable offset, 
 session) and asked DescribeProducers only when its last stable offset is below its high
 watermark or its offsets could not be read; and not even then when the session reports its
 offsets unchanged since the poll that asked it: that answer still holds below the high
-watermark (docs/kafka-semantics.md#fetch-sessions)."""
+watermark (docs/kafka-semantics.md#fetch-sessions).
+
+The first poll after a start knows no counts: it asks each leader DescribeProducers for a
+sample of its partitions, and where the sample holds a crowded one it screens the leader's
+others the same way, asking DescribeProducers only where that leaves it to. A partition it
+found clear stays screened until it is asked (its count is learnt then): an idle one costs
+nothing in the session."""
 
 from __future__ import annotations
 
@@ -51,6 +57,12 @@ SCREEN_FROM_STATES = 3
 """Producer states from which a partition is screened. Measured on Kafka 4.0:
 DescribeProducers costs ~9 bytes per partition + ~37 per state; the screen's first read (two
 ListOffsets) ~54, then nothing while the partition is idle and ~40 when it moved."""
+
+FIRST_POLL_SAMPLE_PARTITIONS = 100
+"""Partitions per leader the first poll asks DescribeProducers before choosing how to read the
+leader's others (a topic's first partitions, one topic after another): a crowded one among
+them, and the others are screened (at 100 states a sample costs ~370 KB of answer, where
+asking all of 200,000 partitions costs ~740 MB)."""
 
 ANSWER_BYTES_PER_STATE = 37
 """One producer state in a DescribeProducers v0 answer: id 8, epoch 4, last sequence 4, last
@@ -117,6 +129,13 @@ class ProducerStateReader:
         own); screened meanwhile, and ANSWER_TOO_LARGE when they must be asked. Forgotten
         at the first answer."""
         self._polls = 0
+        self._started = False
+        """Whether the first poll (`_screened_start`) was made."""
+        self._uncounted: set[TopicPartition] = set()
+        """Partitions screened since the first poll and never asked DescribeProducers since:
+        their state counts are unknown, so they stay screened until asked (pruned to
+        Metadata). One asked leaves it whatever the answer: as any partition not known to
+        be crowded, it is then asked directly until an answer shows it crowded."""
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
         self._screen = Screen(client)
         self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
@@ -135,7 +154,13 @@ class ProducerStateReader:
 
     async def read(self, meta: MetadataView, state: PollState) -> None:
         self._polls += 1
-        if not (self._screening and (self._crowded or self._too_large)):
+        first, self._started = self._screening and not self._started, True
+        if first and any(
+            sum(map(len, per_topic.values())) > FIRST_POLL_SAMPLE_PARTITIONS
+            for per_topic in meta.by_leader.values()
+        ):  # else every partition is in its leader's sample: all asked at once
+            retry = await self._screened_start(meta, state)
+        elif not (self._screening and (self._crowded or self._too_large or self._uncounted)):
             # Today's poll: every partition asked (and learnt from while screening).
             retry = await self._round(meta.by_leader, state, True, cache=True, relearn=True)
         else:
@@ -175,7 +200,55 @@ class ProducerStateReader:
             by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
         meta.leaders = leaders
         meta.brokers = {**meta.brokers, **fresh.brokers}
+        meta.unlisted_leader_topics = None  # walked again, if asked, for the new mappings
         await self._round(by_leader, state, False, cache=False, relearn=True)
+
+    async def _screened_start(self, meta: MetadataView, state: PollState) -> list[TopicPartition]:
+        """The first poll: each leader is asked DescribeProducers for a sample of its
+        partitions (FIRST_POLL_SAMPLE_PARTITIONS) first. Where the sample holds a crowded
+        partition, the leader's other partitions are screened (their fetch session started
+        at once, so a topic the principal may not Read answers its error now) and asked only
+        where LSO < HW or the offsets are unknown; elsewhere (few states, or the sample
+        failed: a broker that predates DescribeProducers, a garbage answer, a timeout) they
+        are asked as before, so their verdicts and errors are those of DescribeProducers."""
+        sample: dict[int, dict[str, list[int]]] = {}
+        rest: dict[int, dict[str, list[int]]] = {}
+        for leader, per_topic in meta.by_leader.items():
+            taken = _sample(per_topic, FIRST_POLL_SAMPLE_PARTITIONS)
+            sample[leader] = {topic: list(per_topic[topic][:n]) for topic, n in taken.items()}
+            left = {
+                topic: list(indexes[taken.get(topic, 0):])
+                for topic, indexes in per_topic.items() if len(indexes) > taken.get(topic, 0)
+            }
+            if left:
+                rest[leader] = left
+        retry = await self._round(sample, state, True, cache=False, relearn=True)
+        crowded = self._crowded
+        direct: dict[int, dict[str, list[int]]] = {}
+        screened: dict[int, dict[str, list[int]]] = {}
+        for leader, per_topic in rest.items():
+            sampled = sample.get(leader, {})
+            if any(
+                TopicPartition(topic, p) in crowded
+                for topic, indexes in sampled.items() for p in indexes
+            ):
+                screened[leader] = per_topic
+            else:
+                direct[leader] = per_topic
+        self._uncounted = {
+            TopicPartition(topic, p) for per_topic in screened.values()
+            for topic, indexes in per_topic.items() for p in indexes
+        }
+        self._crowded_version += 1
+        direct_retry, screen = await asyncio.gather(
+            self._round(direct, state, True, cache=False, relearn=True),
+            self._screen.screen(screened, state, start_session=True),
+        )
+        retry.extend(direct_retry)
+        retry.extend(await self._round(
+            screen.ask, state, True, cache=False, relearn=True, offsets=screen.offsets
+        ))
+        return retry
 
     def _reuse_answers(
         self,
@@ -221,7 +294,7 @@ class ProducerStateReader:
         if cached is None or cached[0] is not by_leader:
             self._forget_unlisted(leaders)
         crowded_by_topic: dict[str, set[int]] = {}
-        for tp in (*self._crowded, *self._too_large):
+        for tp in (*self._crowded, *self._too_large, *self._uncounted):
             crowded_by_topic.setdefault(tp.topic, set()).add(tp.partition)
         direct: dict[int, dict[str, Sequence[int]]] = {}
         screened: dict[int, dict[str, Sequence[int]]] = {}
@@ -366,6 +439,14 @@ class ProducerStateReader:
         """`apart`: one partition whose answer was too large, asked on a connection of its
         own."""
         send = self._client.send_apart if apart else self._client.send
+        if self._uncounted:
+            asked = [
+                tp for topic, indexes in batch for p in indexes
+                if (tp := TopicPartition(topic, p)) in self._uncounted
+            ]
+            if asked:
+                self._uncounted.difference_update(asked)
+                self._crowded_version += 1
         try:
             response = await send(leader, build, _DECODE_DESCRIBE_PRODUCERS)
         except CollectError as exc:
@@ -443,6 +524,9 @@ class ProducerStateReader:
         for tp in [tp for tp in self._too_large if tp not in leaders]:
             del self._too_large[tp]
             gone.append(tp)
+        unlisted = [tp for tp in self._uncounted if tp not in leaders]
+        self._uncounted.difference_update(unlisted)
+        gone.extend(unlisted)
         if gone:
             self._crowded_version += 1
 
@@ -485,6 +569,7 @@ class ProducerStateReader:
         the batch answered (error 0) with fewer states than SCREEN_FROM_STATES."""
         crowded = self._crowded
         counts: dict[TopicPartition, int] = {}
+
         for tp, count in answer.state_counts:
             if count >= SCREEN_FROM_STATES:
                 counts[tp] = count
@@ -500,3 +585,24 @@ class ProducerStateReader:
                 if tp in crowded and tp not in counts and tp not in unanswered:
                     del crowded[tp]
                     self._crowded_version += 1
+
+
+def _sample(per_topic: Mapping[str, Sequence[int]], size: int) -> dict[str, int]:
+    """How many of each topic's first partitions make a sample of `size`: taken in turn, one
+    per topic at a time, so that a leader of many topics has each of the first `size` topics
+    in it (crowding is mostly a topic's: its producers write to many of its partitions)."""
+    taken: dict[str, int] = {}
+    depth = 0
+    while size > 0:
+        progressed = False
+        for topic, indexes in per_topic.items():
+            if size == 0:
+                break
+            if len(indexes) > depth:
+                taken[topic] = depth + 1
+                size -= 1
+                progressed = True
+        if not progressed:
+            break
+        depth += 1
+    return taken

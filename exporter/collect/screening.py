@@ -145,12 +145,17 @@ class Screen:
         self._leaders: dict[int, _Leader] = {}
         self._by_leader: ByLeader | None = None
 
-    async def screen(self, by_leader: ByLeader, state: PollState) -> ScreenResult:
+    async def screen(
+        self, by_leader: ByLeader, state: PollState, *, start_session: bool = False
+    ) -> ScreenResult:
+        """`start_session`: the partitions read with ListOffsets join their leader's fetch
+        session in the same poll (the first poll after a start: the Fetch needs Read on the
+        topic, as DescribeProducers does, where ListOffsets needs only Describe)."""
         if by_leader is not self._by_leader:
             self._rescope(by_leader)
         result = ScreenResult()
         await asyncio.gather(
-            *(self._screen_at(leader, at, state, result)
+            *(self._screen_at(leader, at, state, result, start_session)
               for leader, at in self._leaders.items())
         )
         return result
@@ -182,10 +187,12 @@ class Screen:
         self._by_leader = by_leader
 
     async def _screen_at(
-        self, leader: int, at: _Leader, state: PollState, result: ScreenResult
+        self, leader: int, at: _Leader, state: PollState, result: ScreenResult,
+        start_session: bool,
     ) -> None:
         cold = sorted(at.cold)
         reported: set[TopicPartition] = set()
+        fetched = True
         if at.offsets:
             fetched = await self._fetch(leader, at, state, result, reported)
             if not fetched:  # no session to be had: the two ListOffsets for all
@@ -194,6 +201,8 @@ class Screen:
                 at.unclear.clear()
         if cold:
             await self._list_offsets(leader, at, cold, state, result, reported)
+            if start_session and fetched and at.offsets:
+                await self._fetch(leader, at, state, result, reported)
         for tp, offsets in at.unclear.items():
             result.add(leader, tp)
             result.offsets[tp] = offsets

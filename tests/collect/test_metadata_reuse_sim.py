@@ -214,3 +214,36 @@ def test_refreshes_are_counted_by_reason_in_metrics(sim: SimCluster) -> None:
             if sample.name == "kafka_txn_exporter_metadata_refreshes_total"
         }
         assert counted == {"start": 1.0, "leader_changed": 1.0}
+
+
+class _CountingLeaders(dict[TopicPartition, int]):
+    """A leaders mapping that counts the walks over it (items, iteration)."""
+
+    walks = 0
+
+    def items(self) -> Any:
+        type(self).walks += 1
+        return super().items()
+
+    def __iter__(self) -> Any:
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_reused_metadata_is_not_walked_per_partition_again(sim: SimCluster) -> None:
+    """Whether a coordinator topic has a leader Metadata does not list is found once per
+    Metadata answer: a poll that reuses the answer walks none of its partitions for it."""
+    with _env(sim) as env:
+        hanging_transaction(
+            env.bootstrap, "hang-w", "t", 0, backdate_ms=30 * MINUTE_MS, now_ms=env.now_ms
+        )
+        assert _hanging(env, "t", 0)  # ListTransactions and the blocked-group lookup ran
+        cached = env.poller.poller._client._last_full_metadata
+        assert cached is not None
+        reused = cached[2]  # the parsed answer the next poll's view shares
+        counting = _CountingLeaders(reused.leaders)
+        _CountingLeaders.walks = 0
+        reused.leaders = counting
+        assert _hanging(env, "t", 0)
+        assert _refreshes(env) == {MetadataRefresh.START: 1}
+        assert _CountingLeaders.walks == 0

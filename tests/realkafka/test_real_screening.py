@@ -8,17 +8,26 @@ did not move (docs/kafka-semantics.md#fetch-sessions)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
-from kafka_sim.producer import open_transaction
+from kafka_sim.producer import hanging_transaction, open_transaction
 from kafka_sim.realkafka import RealKafkaCluster
-from realhelpers import cluster_settings, create_topic, idempotent_write, unique
+from realhelpers import (
+    LATE_BACKDATE_MS,
+    cluster_settings,
+    create_topic,
+    idempotent_write,
+    poll_env,
+    unique,
+)
 from screening_probes import describe_producers_asked
 from waits import wait_for
 
-from exporter.collect import screening
+from exporter.collect import producers, screening
 from exporter.collect.producers import SCREEN_FROM_STATES
+from exporter.model import Classification
 from exporter.observe import ClusterObserver
 
 PARTITIONS = 3
@@ -174,3 +183,62 @@ def test_a_contradicting_session_answer_starts_a_new_session_in_the_same_poll(
         if txn is not None:
             txn.abort()
         poller.close()
+
+
+def test_first_poll_screened_still_finds_a_hanging_and_a_late_transaction(
+    real_kafka: RealKafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first poll after a start asks DescribeProducers for a sample of each leader's
+    partitions; where the sample is crowded it reads the others' offsets first and asks only
+    where LSO < HW. A hanging transaction and a late one (its coordinator still holds it)
+    on such partitions are found by that first poll, as the full poll finds them."""
+    partitions = 6
+    topic = create_topic(real_kafka, unique("first-poll"), partitions=partitions)
+    for p in range(partitions):
+        for _ in range(SCREEN_FROM_STATES + 1):  # short-lived idempotent producers
+            idempotent_write(real_kafka.bootstrap, topic, p)
+    producer_id, _, _ = hanging_transaction(
+        real_kafka.bootstrap, unique("first-hang"), topic, 3, backdate_ms=LATE_BACKDATE_MS
+    )
+    late_txn = open_transaction(
+        real_kafka.bootstrap, unique("first-late"), topic, [4],
+        now_ms=lambda: int(time.time() * 1000) - LATE_BACKDATE_MS,
+        transaction_timeout_ms=300_000,
+    )
+    try:
+        settings = cluster_settings(real_kafka, request_timeout_seconds=30.0)
+        full = ClusterObserver(settings, screen_crowded_partitions=False)
+        try:
+            reference = full.poll()
+        finally:
+            full.close()
+        # One partition of every topic in the leader's sample: this topic's one is crowded.
+        topics = {tp.topic for tp in reference.leaders}
+        monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", len(topics))
+        asked = describe_producers_asked(monkeypatch)
+        with poll_env(real_kafka, request_timeout_seconds=30.0) as env:
+            first, snapshot = env.poll()
+        mine_asked = {p for t, p in asked if t == topic}
+        # The two with LSO < HW, and the topic's one sampled partition (the first in the
+        # Metadata answer's order, which is the broker's own).
+        assert {3, 4} <= mine_asked and len(mine_asked - {3, 4}) <= 1
+
+        def mine(obs: Any) -> set[tuple[int, int, int]]:
+            return {
+                (t.partition, t.producer_id, t.current_txn_start_offset)
+                for t in obs.open_transactions
+                if t.topic == topic
+            }
+
+        assert mine(first) == mine(reference) and {p for p, _, _ in mine(first)} == {3, 4}
+        assert not [tp for tp in first.unobserved if tp.topic == topic]
+        late = {
+            t.transaction.partition: t.classification
+            for t in snapshot.late_transactions
+            if t.transaction.topic == topic
+        }
+        assert late[3] is Classification.HANGING
+        assert 4 in late and late[4] is not Classification.HANGING
+        assert producer_id in {t.producer_id for t in first.open_transactions}
+    finally:
+        late_txn.abort()
