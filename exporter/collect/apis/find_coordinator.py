@@ -12,9 +12,10 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from exporter.collect.connection import BrokerConnection, CollectError, UnsupportedApi
 from exporter.collect.driver import Handler, Outcome
-from exporter.collect.errors import NONE, error_name
+from exporter.collect.errors import MISSING_FROM_ANSWER, NONE, error_name
 from exporter.collect.pollstate import UNSUPPORTED_API_KIND, PollState
 
+GROUP_COORDINATOR_KEY_TYPE = 0
 TRANSACTION_COORDINATOR_KEY_TYPE = 1
 FIRST_BATCHED_VERSION = 4
 
@@ -121,3 +122,42 @@ class FindTransactionCoordinators(_FindCoordinator):
             raise CoordinatorApiUnsupported() from error
         return Outcome(retry=list(keys))
 
+
+class FindGroupCoordinators(_FindCoordinator):
+    """Group coordinators, v4+ only (one request for all groups; an older broker would take one
+    request per group per poll). Whatever is not found makes the groups unknown (`unknown`
+    is told why), never "not blocked"."""
+
+    key_type = GROUP_COORDINATOR_KEY_TYPE
+    unsupported_name = "FindCoordinator v4"
+
+    def __init__(self, coordinators: dict[str, int], unknown: Callable[[str], None]) -> None:
+        super().__init__(coordinators)
+        self.unknown = unknown
+        self._left_out = False
+
+    def request(self, keys: list[str]) -> Callable[[BrokerConnection], Any]:
+        return find_coordinator_request(self.key_type, keys, batched_only=True)
+
+    def reason(self, code: int) -> str:
+        return error_name(code) if code != NONE else "COORDINATOR_NOT_AVAILABLE"
+
+    def not_found(self, key: str, reason: str, outcome: Outcome[str]) -> None:
+        self.unknown(reason)
+
+    def left_out(self, broker_id: int, keys: list[str], state: PollState) -> Outcome[str]:
+        self._left_out = True  # unknown once the groups answered with an error are
+        return Outcome()
+
+    def answered(self) -> None:
+        if self._left_out:
+            self.unknown(MISSING_FROM_ANSWER)
+
+    def failed(
+        self, broker_id: int, keys: list[str], error: CollectError, state: PollState
+    ) -> Outcome[str]:
+        self.unknown(error.kind)
+        return Outcome()
+
+    def unrouted(self, keys: list[str]) -> None:
+        self.unknown("BROKER_UNREACHABLE")
