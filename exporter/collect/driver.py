@@ -9,9 +9,9 @@ run on the driver). The `Driver` owns what each API used to write again:
 - fan-out: every broker's requests at once, each broker's batches at once;
 - retry: keys a handler gives back are asked again after `RETRY_DELAY_SECONDS`, up to the
   attempts the caller allows; keys whose broker no longer owns them are looked up again first;
-- failure accounting: a request that fails is counted (`PollState.error`) under the API's name,
-  or logged once per broker when the broker predates the API; the handler then says what
-  the failure means for its keys (unknown, never "none");
+- failure accounting: a request that fails, or an answer with a top-level error code, is
+  counted (`PollState.error`) under the API's name, or logged once per broker when the broker
+  predates the API; the handler then says what it means for its keys (unknown, never "none");
 - the answer checked against its request: a key asked for and left out of the answer is counted
   `MISSING_FROM_ANSWER` and handed to the handler as left out, never read as "nothing there".
 """
@@ -25,7 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from exporter.collect.client import ClusterClient, MetadataView, gather_settled
 from exporter.collect.connection import BrokerConnection, CollectError
-from exporter.collect.errors import MISSING_FROM_ANSWER
+from exporter.collect.errors import MISSING_FROM_ANSWER, NONE, error_name
 from exporter.collect.pollstate import (
     RETRY_DELAY_SECONDS,
     UNSUPPORTED_API_KIND,
@@ -78,6 +78,11 @@ class Handler(Generic[K, A]):
         """The answer read, and the keys it speaks of (checked by the driver against `keys`)."""
         raise NotImplementedError
 
+    def error_code(self, answer: A) -> int:
+        """The answer's top-level error code, for the APIs that have one (counted by the
+        driver before `handle`; the handler decides what it means for the keys)."""
+        return int(NONE)
+
     def handle(
         self, broker_id: int, keys: list[K], answer: A, state: PollState, *, last: bool
     ) -> Outcome[K]:
@@ -96,6 +101,17 @@ class Handler(Generic[K, A]):
 
     def unrouted(self, keys: list[K]) -> None:
         """Keys no broker could be found for (none up, coordinator not found): unknown."""
+
+
+class WholeAnswer(Handler[K, Any]):
+    """An API whose answer is one whole (a broker's listing, the cluster's description), with
+    a top-level error code: every key asked is answered."""
+
+    def parse(self, keys: list[K], response: Any) -> tuple[Any, Collection[K]]:
+        return response, keys
+
+    def error_code(self, answer: Any) -> int:
+        return int(answer.error_code)
 
 
 class Strategy(Protocol[K]):
@@ -180,6 +196,9 @@ class Driver:
             if left_out:
                 state.error(broker_id, handler.api, MISSING_FROM_ANSWER)
                 outcome.add(handler.left_out(broker_id, left_out, state))
+            code = handler.error_code(answer)
+            if code != NONE:
+                state.error(broker_id, handler.api, error_name(code))
             outcome.add(handler.handle(broker_id, batch, answer, state, last=last))
         return outcome
 

@@ -31,19 +31,23 @@ class Client:
         return result
 
 
-class Lookup(Handler[str, dict[str, int]]):
+class Answers(Handler[str, dict[str, Any]]):
+    """Requests are the keys; answers are {key: value}."""
+
+    def request(self, keys: list[str]) -> Callable[[BrokerConnection], Any]:
+        return lambda _connection: list(keys)
+
+    def parse(self, keys: list[str], response: Any) -> tuple[dict[str, Any], Collection[str]]:
+        return response, set(response)
+
+
+class Lookup(Answers):
     """Answers are {key: coordinator}."""
 
     api = "Lookup"
 
     def __init__(self, found: dict[str, int]) -> None:
         self.found = found
-
-    def request(self, keys: list[str]) -> Callable[[BrokerConnection], Any]:
-        return lambda _connection: list(keys)
-
-    def parse(self, keys: list[str], response: Any) -> tuple[dict[str, int], Collection[str]]:
-        return response, set(response)
 
     def handle(
         self, broker_id: int, keys: list[str], answer: dict[str, int], state: PollState,
@@ -53,7 +57,7 @@ class Lookup(Handler[str, dict[str, int]]):
         return Outcome()
 
 
-class Describe(Handler[str, dict[str, str]]):
+class Describe(Answers):
     """Answers are {key: "ok" | "moved"}; "moved" is asked again at its new coordinator."""
 
     api = "Describe"
@@ -62,12 +66,6 @@ class Describe(Handler[str, dict[str, str]]):
     def __init__(self) -> None:
         self.described: dict[str, int] = {}
         self.left: list[str] = []
-
-    def request(self, keys: list[str]) -> Callable[[BrokerConnection], Any]:
-        return lambda _connection: list(keys)
-
-    def parse(self, keys: list[str], response: Any) -> tuple[dict[str, str], Collection[str]]:
-        return response, set(response)
 
     def handle(
         self, broker_id: int, keys: list[str], answer: dict[str, str], state: PollState,

@@ -4,13 +4,13 @@ whether this principal may Describe the cluster, i.e. whether ListGroups lists e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.admin.cluster import DescribeClusterRequest
 
 from exporter.collect.connection import BrokerConnection, CollectError
-from exporter.collect.driver import Handler, Outcome
+from exporter.collect.driver import Outcome, WholeAnswer
 from exporter.collect.errors import NONE, error_name
 from exporter.collect.pollstate import UNSUPPORTED_API_KIND, PollState
 
@@ -59,7 +59,7 @@ def parse_cluster_describe(response: Any) -> str | None:
     return None if allowed else CLUSTER_DESCRIBE_DENIED
 
 
-class DescribeCluster(Handler[str, Any]):
+class DescribeCluster(WholeAnswer[str]):
     """`answer`: None when the principal may Describe the cluster, else why the group list may
     be incomplete; `settled`: the broker answered (or predates the API), so the answer may be
     kept; a broker that did not answer is asked again next time."""
@@ -73,15 +73,10 @@ class DescribeCluster(Handler[str, Any]):
     def request(self, keys: list[str]) -> Callable[[BrokerConnection], Any]:
         return describe_cluster_request()
 
-    def parse(self, keys: list[str], response: Any) -> tuple[Any, Collection[str]]:
-        return response, keys
-
     def handle(
         self, broker_id: int, keys: list[str], answer: Any, state: PollState, *, last: bool
     ) -> Outcome[str]:
         self.answer, self.settled = parse_cluster_describe(answer), True
-        if answer.error_code != NONE:
-            state.error(broker_id, self.api, error_name(answer.error_code))
         return Outcome()
 
     def failed(

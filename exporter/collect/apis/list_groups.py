@@ -64,16 +64,15 @@ class ListGroups(Handler[int, tuple[int, list[str]]]):
     ) -> tuple[tuple[int, list[str]], Collection[int]]:
         return parse_list_groups(response), keys
 
+    def error_code(self, answer: tuple[int, list[str]]) -> int:
+        return answer[0]
+
     def handle(
         self, broker_id: int, keys: list[int], answer: tuple[int, list[str]], state: PollState,
         *, last: bool,
     ) -> Outcome[int]:
         code, groups = answer
-        if code != NONE:
-            state.error(broker_id, self.api, error_name(code))
-            self.listed[broker_id] = error_name(code)
-        else:
-            self.listed[broker_id] = groups
+        self.listed[broker_id] = groups if code == NONE else error_name(code)
         return Outcome()
 
     def failed(

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka.protocol.admin.transactions import ListTransactionsRequest
 
 from exporter.collect.client import MetadataView
 from exporter.collect.connection import BrokerConnection, CollectError
-from exporter.collect.driver import Driver, EveryBroker, Handler, Outcome
-from exporter.collect.errors import COORDINATOR_LOAD_IN_PROGRESS, NONE, error_name
+from exporter.collect.driver import Driver, EveryBroker, Outcome, WholeAnswer
+from exporter.collect.errors import COORDINATOR_LOAD_IN_PROGRESS, NONE
 from exporter.collect.pollstate import UNSUPPORTED_API_KIND, PollState
 
 Listed = list[tuple[str, int, str]]
@@ -39,7 +39,7 @@ def parse_list_transactions(response: Any) -> Listed:
     ]
 
 
-class ListTransactions(Handler[int, Any]):
+class ListTransactions(WholeAnswer[int]):
     """Keys are broker ids. A coordinator still loading is asked once more; a broker before
     Kafka 3.0 has no ListTransactions: its slice is missing, so unmapped producers classify
     as unknown, never hanging."""
@@ -52,18 +52,13 @@ class ListTransactions(Handler[int, Any]):
     def request(self, keys: list[int]) -> Callable[[BrokerConnection], Any]:
         return list_transactions_request()
 
-    def parse(self, keys: list[int], response: Any) -> tuple[Any, Collection[int]]:
-        return response, keys
-
     def handle(
         self, broker_id: int, keys: list[int], answer: Any, state: PollState, *, last: bool
     ) -> Outcome[int]:
         code = answer.error_code
         if code == NONE:
             self.listings[broker_id] = parse_list_transactions(answer)
-            return Outcome()
-        state.error(broker_id, self.api, error_name(code))
-        if code == COORDINATOR_LOAD_IN_PROGRESS and not last:
+        elif code == COORDINATOR_LOAD_IN_PROGRESS and not last:
             return Outcome(retry=[broker_id])
         return Outcome()
 
