@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -49,19 +48,14 @@ from exporter.collect.fastencode import (
     encode_describe_producers,
     encode_list_offsets,
 )
-from exporter.collect.parse import CLEANUP_POLICY_CONFIG, PARTITION_VERIFICATION_CONFIG
 from exporter.collect.sasl.logins import make_login
 from exporter.model import FinalizedFeatures, TopicPartition
 from exporter.settings import ClusterSettings
 
-TOPIC_RESOURCE_TYPE = 2
-BROKER_RESOURCE_TYPE = 4
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 LATEST_OFFSET = -1
 FETCH_MAX_BYTES = 1024
-TRANSACTION_MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
-BROKER_CONFIG_KEYS = (TRANSACTION_MAX_TIMEOUT_CONFIG, PARTITION_VERIFICATION_CONFIG)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -453,72 +447,6 @@ def describe_producers_request(
         )
 
     return build
-
-
-def describe_broker_config_request(
-    broker_id: int, keys: Sequence[str] = BROKER_CONFIG_KEYS
-) -> Callable[[BrokerConnection], Any]:
-    """`keys` (by default `transaction.max.timeout.ms` and
-    `transaction.partition.verification.enable`) of BROKER `broker_id`, asked for by name.
-
-    Naming the keys keeps the answer to those entries (all configs: ~200 per broker). It does
-    not filter defaults: a broker returns a requested key whatever its source (reference
-    capture 07 answers `transactional.id.expiration.ms` with config_source 5,
-    DEFAULT_CONFIG), and leaves out a key it does not know. The reference's "ask for all"
-    warns against kafka-python's `describe_configs` filter, which drops defaults; null keys
-    (all) would be the fallback if a broker ignored the list."""
-
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeConfigsRequest(
-            resources=[
-                DescribeConfigsRequest.DescribeConfigsResource(
-                    resource_type=BROKER_RESOURCE_TYPE,
-                    resource_name=str(broker_id),
-                    configuration_keys=list(keys),
-                )
-            ],
-            include_synonyms=False,
-            include_documentation=False,
-            version=connection.version_for(DescribeConfigsRequest),
-        )
-
-    return build
-
-
-def describe_topic_configs_request(topics: Sequence[str]) -> Callable[[BrokerConnection], Any]:
-    """`cleanup.policy` of each TOPIC resource in `topics`; any broker answers for any topic
-    (reference groups capture 15)."""
-
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeConfigsRequest(
-            resources=[
-                DescribeConfigsRequest.DescribeConfigsResource(
-                    resource_type=TOPIC_RESOURCE_TYPE,
-                    resource_name=topic,
-                    configuration_keys=[CLEANUP_POLICY_CONFIG],
-                )
-                for topic in topics
-            ],
-            include_synonyms=False,
-            include_documentation=False,
-            version=connection.version_for(DescribeConfigsRequest),
-        )
-
-    return build
-
-
-def parse_transaction_max_timeout_ms(response: Any) -> int | None:
-    for result in response.results:
-        if result.error_code != 0:
-            return None
-        for config in result.configs:
-            if config.name == TRANSACTION_MAX_TIMEOUT_CONFIG and config.value is not None:
-                try:
-                    value = int(config.value)
-                except ValueError:
-                    return None  # not a number: unknown, like an error (never a crash)
-                return value if value > 0 else None
-    return None
 
 
 def list_offsets_request(

@@ -16,13 +16,10 @@ from typing import Any
 from exporter.collect.errors import NONE
 from exporter.model import (
     FinalizedFeatures,
-    PartitionVerification,
     ProducerEntry,
     TopicPartition,
 )
 
-PARTITION_VERIFICATION_CONFIG = "transaction.partition.verification.enable"
-CLEANUP_POLICY_CONFIG = "cleanup.policy"
 FIRST_API_VERSIONS_WITH_FEATURES = 3
 FIRST_API_VERSIONS_LISTING_EVERY_FEATURE = 4
 """KIP-1022: v3 leaves out supported features whose lowest level is 0; v4 lists them all."""
@@ -118,54 +115,6 @@ def parse_list_offsets(
                 errors.append((TopicPartition(topic.name, p.partition_index), p.error_code))
     return offsets, errors
 
-
-
-def parse_partition_verification(response: Any) -> PartitionVerification | None:
-    """DescribeConfigs (one BROKER resource) -> its `transaction.partition.verification.enable`.
-
-    None when the resource failed or the value is not a boolean. An answer without the key is
-    `NOT_OFFERED`: a broker lists only the requested keys it knows, and brokers before 3.6
-    do not know this one (docs/kafka-semantics.md#exposure). The entries come in the
-    broker's own order (reference capture 07), so the key is looked up by name.
-    """
-    for result in response.results:
-        if result.error_code != NONE:
-            return None
-        for config in result.configs:
-            if config.name != PARTITION_VERIFICATION_CONFIG:
-                continue
-            # Kafka's ConfigDef reads a boolean trimmed and case-insensitively.
-            value = (config.value or "").strip().lower()
-            if value == "true":
-                return PartitionVerification.ENABLED
-            if value == "false":
-                return PartitionVerification.DISABLED
-            return None
-        return PartitionVerification.NOT_OFFERED
-    return None
-
-
-def is_compact_policy(value: str) -> bool:
-    """`cleanup.policy` is a list ("delete", "compact", "compact,delete"): compacted when it
-    names compact."""
-    return "compact" in (item.strip() for item in value.split(","))
-
-
-def parse_cleanup_policies(response: Any) -> tuple[dict[str, bool], list[tuple[str, int]]]:
-    """DescribeConfigs over TOPIC resources -> (topic -> compacted, [(topic, error_code)]).
-
-    A topic answered without a readable `cleanup.policy` (null value, key left out) is in
-    neither: unknown, not "not compacted"."""
-    compacted: dict[str, bool] = {}
-    errors: list[tuple[str, int]] = []
-    for result in response.results:
-        if result.error_code != NONE:
-            errors.append((result.resource_name, result.error_code))
-            continue
-        for config in result.configs:
-            if config.name == CLEANUP_POLICY_CONFIG and config.value is not None:
-                compacted[result.resource_name] = is_compact_policy(config.value)
-    return compacted, errors
 
 
 def parse_finalized_features(response: Any, version: int) -> FinalizedFeatures | None:

@@ -585,6 +585,7 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
     from exporter.collect import client as c
     from exporter.collect.apis import (
         describe_cluster,
+        describe_configs,
         describe_transactions,
         find_coordinator,
         list_groups,
@@ -615,9 +616,10 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
         ("FindCoordinator groups", lambda: find_coordinator.find_coordinator_request(
             find_coordinator.GROUP_COORDINATOR_KEY_TYPE, ["grp-rc"], batched_only=True,
         )(neg)),
-        ("DescribeConfigs broker", lambda: c.describe_broker_config_request(NODE_ID)(neg)),
-        ("DescribeConfigs topics",
-         lambda: c.describe_topic_configs_request(["grp-test", "grp-compacted"])(neg)),
+        ("DescribeConfigs broker",
+         lambda: describe_configs.describe_broker_config_request(NODE_ID)(neg)),
+        ("DescribeConfigs topics", lambda: describe_configs.describe_topic_configs_request(
+            ["grp-test", "grp-compacted"])(neg)),
         ("ListGroups", lambda: list_groups.list_groups_request()(neg)),
         ("OffsetFetch", lambda: offset_fetch.offset_fetch_request(
             ["grp-rc", "grp-ru", "grp-lagging"], [("grp-test", [0])])(neg)),
