@@ -61,6 +61,9 @@ class Handler(Generic[K, A]):
 
     api: str = ""
     unsupported_name: str | None = None
+    view_needs_it = False
+    """An API the coordinator view needs: a broker without it is also recorded in
+    `PollState.unsupported_apis` (the view is then incomplete, never "nothing there")."""
 
     split_by_version = False
     """Whether `batches` needs the broker's negotiated versions (its connection)."""
@@ -213,6 +216,8 @@ class Driver:
         if error.kind == UNSUPPORTED_API_KIND and handler.unsupported_name is not None:
             # The broker's release, not a failure: logged once, not counted.
             self.support.unsupported(broker_id, handler.unsupported_name)
+            if handler.view_needs_it:
+                state.unsupported_apis.add(handler.api)
         else:
             state.error(broker_id, handler.api, error.kind)
         return handler.failed(broker_id, keys, error, state)

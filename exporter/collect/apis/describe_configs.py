@@ -32,6 +32,27 @@ TOPICS_PER_REQUEST = 500
 """Topics per DescribeConfigs, like the admin tools' batches (one request almost always)."""
 
 
+def describe_configs_request(
+    resource_type: int, names: Sequence[str], keys: Sequence[str]
+) -> Callable[[BrokerConnection], Any]:
+    """`keys` of each resource of `resource_type` named in `names`, asked for by name."""
+
+    def build(connection: BrokerConnection) -> Any:
+        return DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=resource_type, resource_name=name, configuration_keys=list(keys)
+                )
+                for name in names
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+            version=connection.version_for(DescribeConfigsRequest),
+        )
+
+    return build
+
+
 def describe_broker_config_request(
     broker_id: int, keys: Sequence[str] = BROKER_CONFIG_KEYS
 ) -> Callable[[BrokerConnection], Any]:
@@ -44,43 +65,12 @@ def describe_broker_config_request(
     DEFAULT_CONFIG), and leaves out a key it does not know. The reference's "ask for all"
     warns against kafka-python's `describe_configs` filter, which drops defaults; null keys
     (all) would be the fallback if a broker ignored the list."""
-
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeConfigsRequest(
-            resources=[
-                DescribeConfigsRequest.DescribeConfigsResource(
-                    resource_type=BROKER_RESOURCE_TYPE,
-                    resource_name=str(broker_id),
-                    configuration_keys=list(keys),
-                )
-            ],
-            include_synonyms=False,
-            include_documentation=False,
-            version=connection.version_for(DescribeConfigsRequest),
-        )
-
-    return build
+    return describe_configs_request(BROKER_RESOURCE_TYPE, [str(broker_id)], keys)
 
 
 def describe_topic_configs_request(topics: Sequence[str]) -> Callable[[BrokerConnection], Any]:
     """`cleanup.policy` of each TOPIC resource in `topics`."""
-
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeConfigsRequest(
-            resources=[
-                DescribeConfigsRequest.DescribeConfigsResource(
-                    resource_type=TOPIC_RESOURCE_TYPE,
-                    resource_name=topic,
-                    configuration_keys=[CLEANUP_POLICY_CONFIG],
-                )
-                for topic in topics
-            ],
-            include_synonyms=False,
-            include_documentation=False,
-            version=connection.version_for(DescribeConfigsRequest),
-        )
-
-    return build
+    return describe_configs_request(TOPIC_RESOURCE_TYPE, topics, [CLEANUP_POLICY_CONFIG])
 
 
 def parse_transaction_max_timeout_ms(response: Any) -> int | None:

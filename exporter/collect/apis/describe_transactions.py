@@ -65,6 +65,7 @@ class DescribeTransactions(Handler[str, Described]):
     description": hanging). An id left undescribed (left out, failed) is absent: unknown."""
 
     api = unsupported_name = "DescribeTransactions"
+    view_needs_it = True
 
     def __init__(self, descriptions: dict[str, TransactionDescription | None]) -> None:
         self.descriptions = descriptions
@@ -103,7 +104,6 @@ class DescribeTransactions(Handler[str, Described]):
         self, broker_id: int, keys: list[str], error: CollectError, state: PollState
     ) -> Outcome[str]:
         if error.kind == UNSUPPORTED_API_KIND:
-            state.unsupported_apis.add(self.api)
             self.complete = False
             return Outcome()
         return Outcome(forget=list(keys))  # undescribed: unknown; looked up again next poll

@@ -100,6 +100,7 @@ class FindTransactionCoordinators(_FindCoordinator):
     looked up again; a broker without the API makes the coordinator view incomplete."""
 
     unsupported_name = "FindCoordinator"
+    view_needs_it = True
     split_by_version = True
 
     def batches(self, keys: list[str], connection: BrokerConnection | None) -> list[list[str]]:
@@ -118,7 +119,6 @@ class FindTransactionCoordinators(_FindCoordinator):
         self, broker_id: int, keys: list[str], error: CollectError, state: PollState
     ) -> Outcome[str]:
         if error.kind == UNSUPPORTED_API_KIND:
-            state.unsupported_apis.add(self.api)
             raise CoordinatorApiUnsupported() from error
         return Outcome(retry=list(keys))
 

@@ -9,10 +9,10 @@ from typing import Any
 from kafka.protocol.admin.transactions import ListTransactionsRequest
 
 from exporter.collect.client import MetadataView
-from exporter.collect.connection import BrokerConnection, CollectError
+from exporter.collect.connection import BrokerConnection
 from exporter.collect.driver import Driver, EveryBroker, Outcome, WholeAnswer
 from exporter.collect.errors import COORDINATOR_LOAD_IN_PROGRESS, NONE
-from exporter.collect.pollstate import UNSUPPORTED_API_KIND, PollState
+from exporter.collect.pollstate import PollState
 
 Listed = list[tuple[str, int, str]]
 """[(transactional_id, producer_id, state)]."""
@@ -45,6 +45,7 @@ class ListTransactions(WholeAnswer[int]):
     as unknown, never hanging."""
 
     api = unsupported_name = "ListTransactions"
+    view_needs_it = True
 
     def __init__(self) -> None:
         self.listings: dict[int, Listed] = {}
@@ -60,13 +61,6 @@ class ListTransactions(WholeAnswer[int]):
             self.listings[broker_id] = parse_list_transactions(answer)
         elif code == COORDINATOR_LOAD_IN_PROGRESS and not last:
             return Outcome(retry=[broker_id])
-        return Outcome()
-
-    def failed(
-        self, broker_id: int, keys: list[int], error: CollectError, state: PollState
-    ) -> Outcome[int]:
-        if error.kind == UNSUPPORTED_API_KIND:
-            state.unsupported_apis.add(self.api)
         return Outcome()
 
 
