@@ -169,8 +169,9 @@ def test_streams_exactly_once_v2_under_a_rebalance_a_kill_and_a_broker_restart(
     listing = {row.producer_id: tid for tid, row in list_transactions(clients_kafka).items()}
     names = {loop.transactional_id(v) or listing.get(v.producer_id) for v in verdicts}
     assert {_process(app, name) for name in names} == {process_a, process_b}, names
+    # Thread indices from 1 (a thread replaced after an error takes the next free one).
     threads = {name.rsplit("-", 1)[1] for name in names if name}
-    assert threads <= {str(i) for i in range(1, THREADS + 1)}
+    assert all(t.isdigit() and int(t) >= 1 for t in threads), threads
     # The transactions the kill left open were seen tracked; untracked only on the last poll
     # that saw each open, while its coordinator was aborting it (the abort is decided and
     # the partition left the description before the marker reached the partition). Before

@@ -1,4 +1,6 @@
 import java.time.Duration;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 
@@ -6,6 +8,7 @@ import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 
 /**
  * A small Kafka Streams application with processing.guarantee=exactly_once_v2, the way the
@@ -16,8 +19,9 @@ import org.apache.kafka.streams.StreamsConfig;
  *
  * (commit.interval.ms: Streams' default under exactly-once, 100 ms, unless given.)
  * Prints "STATE <new state>" on every state change and, every second, "COMMITS <n>": the
- * transactions its threads committed so far (Streams' commit-total metrics summed; flushed: the
- * parent reads them). SIGTERM closes it cleanly; SIGKILL is the fault.
+ * transactions its threads committed so far (Streams' commit-total metrics summed, a replaced
+ * thread's included; flushed: the parent reads them). A thread that dies is replaced (its
+ * successor takes the next free thread index). SIGTERM closes it cleanly; SIGKILL is the fault.
  */
 public final class StreamsEosApp {
     private StreamsEosApp() {}
@@ -54,21 +58,30 @@ public final class StreamsEosApp {
             System.out.println("STATE " + now);
             System.out.flush();
         });
+        // A stream thread that meets an error it cannot recover from (a commit the coordinator
+        // refused while the broker restarted) is replaced, as production applications do,
+        // rather than taking the whole instance down.
+        streams.setUncaughtExceptionHandler(e -> StreamThreadExceptionResponse.REPLACE_THREAD);
         CountDownLatch closed = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             streams.close(Duration.ofSeconds(20));
             closed.countDown();
         }));
         streams.start();
+        // Per thread, the last commit-total seen: a replaced thread's count is kept in the sum.
+        Map<String, Long> lastByThread = new HashMap<>();
+        long commits = 0;
         while (!closed.await(1, java.util.concurrent.TimeUnit.SECONDS)) {
-            double commits = 0;
             for (var metric : streams.metrics().entrySet()) {
                 if (metric.getKey().name().equals("commit-total")
                         && metric.getKey().group().equals("stream-thread-metrics")) {
-                    commits += ((Number) metric.getValue().metricValue()).doubleValue();
+                    String thread = metric.getKey().tags().getOrDefault("thread-id", "");
+                    long now = ((Number) metric.getValue().metricValue()).longValue();
+                    commits += Math.max(0, now - lastByThread.getOrDefault(thread, 0L));
+                    lastByThread.put(thread, now);
                 }
             }
-            System.out.println("COMMITS " + (long) commits);
+            System.out.println("COMMITS " + commits);
             System.out.flush();
         }
     }
