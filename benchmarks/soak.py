@@ -54,7 +54,9 @@ def dump():
     while True:
         time.sleep(every)
         gc.collect()
-        tracemalloc.take_snapshot().dump(os.path.join(out, f"{n:04d}.snap"))
+        path = os.path.join(out, f"{n:04d}.snap")
+        tracemalloc.take_snapshot().dump(path + ".part")  # whole, or not there: serve may
+        os.replace(path + ".part", path)                   # stop mid-dump
         n += 1
 threading.Thread(target=dump, daemon=True).start()
 runpy.run_module("exporter", run_name="__main__", alter_sys=True)
