@@ -404,3 +404,19 @@ def test_dashboards_generate_help_names_no_tunable_the_rules_do_not_use() -> Non
     for field in ("keep_firing_for",):
         if field not in rules:
             assert field not in done.stdout, field
+
+
+def test_the_handler_contributing_shows_is_the_code() -> None:
+    """"Adding a Kafka API" quotes the smallest real handler and its call: each line it shows
+    stands in the module it names, so the example cannot drift from the code."""
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    section = text[text.index("## Adding a Kafka API"):text.index("## Commits and pull requests")]
+    blocks = section.split("```python")[1:]
+    assert len(blocks) == 2
+    for block, module in zip(
+        blocks, ("exporter/collect/apis/describe_cluster.py", "exporter/collect/groups.py"),
+        strict=True,
+    ):
+        code = {line.strip() for line in (REPO / module).read_text().splitlines()}
+        shown = [line.strip() for line in block.split("```")[0].splitlines() if line.strip()]
+        assert shown and all(line in code for line in shown), module

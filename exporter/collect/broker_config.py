@@ -10,22 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from exporter.collect.client import (
-    BROKER_CONFIG_KEYS,
-    ClusterClient,
-    MetadataView,
-    describe_broker_config_request,
-    parse_transaction_max_timeout_ms,
-)
+from exporter.collect.apis.describe_configs import PARTITION_VERIFICATION_CONFIG, BrokerConfigs
+from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
-from exporter.collect.errors import (
-    CLUSTER_AUTHORIZATION_FAILED,
-    MISSING_FROM_ANSWER,
-    NONE,
-    error_name,
-)
-from exporter.collect.parse import PARTITION_VERIFICATION_CONFIG, parse_partition_verification
-from exporter.collect.pollstate import PollState
+from exporter.collect.driver import Driver, EveryBroker
+from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.logs import get_logger
 from exporter.model import FinalizedFeatures, PartitionVerification
 from exporter.settings import ClusterSettings
@@ -34,8 +23,11 @@ log = get_logger()
 
 
 class BrokerConfigReader:
-    def __init__(self, client: ClusterClient, settings: ClusterSettings) -> None:
+    def __init__(
+        self, client: ClusterClient, support: ApiSupportLog, settings: ClusterSettings
+    ) -> None:
         self._client = client
+        self._driver = Driver(client, support)
         self._settings = settings
         self._max_timeouts: dict[int, tuple[int, float]] = {}  # broker -> (ms, read monotonic)
         self._verification: dict[int, PartitionVerification] = {}
@@ -63,50 +55,26 @@ class BrokerConfigReader:
             if b not in self._read_at
             or now - self._read_at[b] >= self._settings.config_refresh_seconds
         ]
-        await asyncio.gather(*(self._read(b, state) for b in due))
-
-    def _keys(self) -> tuple[str, ...]:
-        if self._settings.transaction_max_timeout_ms is not None:
-            return (PARTITION_VERIFICATION_CONFIG,)
-        return BROKER_CONFIG_KEYS
-
-    async def _read(self, broker_id: int, state: PollState) -> None:
-        try:
-            response = await self._client.send(
-                broker_id, describe_broker_config_request(broker_id, self._keys())
-            )
-        except CollectError as exc:
-            state.error(broker_id, "DescribeConfigs", exc.kind)
-            self._verification.pop(broker_id, None)  # a dynamic config: unknown now
+        if not due:
             return
-        # The broker answers: its finalized features too, if the last answer is stale (a
-        # broker that does not answer is counted once, above, not once per API).
-        await self._refresh_features(broker_id, state)
-        errors = [r.error_code for r in response.results if r.error_code != NONE]
-        for code in errors:
-            state.error(broker_id, "DescribeConfigs", error_name(code))
+        read = BrokerConfigs(max_timeout=self._settings.transaction_max_timeout_ms is None)
+        await self._driver.run(read, EveryBroker(), due, meta, state)
+        for broker_id in read.failed_brokers:
+            self._verification.pop(broker_id, None)  # a dynamic config: unknown now
+        # The brokers that answered: their finalized features too, if the last answer is stale
+        # (a broker that does not answer is counted once, by the driver, not once per API).
+        await asyncio.gather(*(self._refresh_features(b, state) for b in sorted(read.read)))
         now = time.monotonic()
-        missing = not errors and not response.results
-        if missing:
-            state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)
-        if self._settings.transaction_max_timeout_ms is None:
-            value = parse_transaction_max_timeout_ms(response)
-            if value is not None:
-                self._max_timeouts[broker_id] = (value, now)
-            elif not errors and response.results:
-                # Asked for and left out (or not a number): unknown, counted, asked again.
-                state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)
-                missing = True
-        verification = parse_partition_verification(response)
-        if verification is None:
-            self._verification.pop(broker_id, None)
-        else:
-            self._verification[broker_id] = verification
-            self._log_not_offered(broker_id, verification)
-        if not missing and all(code == CLUSTER_AUTHORIZATION_FAILED for code in errors):
-            # Answered, or refused: a refusal stands until the ACLs change, so it is asked
-            # again at the refresh interval, not every poll; other errors are retried next poll.
-            self._read_at[broker_id] = now
+        for broker_id, (max_timeout_ms, verification, settled) in read.read.items():
+            if max_timeout_ms is not None:
+                self._max_timeouts[broker_id] = (max_timeout_ms, now)
+            if verification is None:
+                self._verification.pop(broker_id, None)
+            else:
+                self._verification[broker_id] = verification
+                self._log_not_offered(broker_id, verification)
+            if settled:
+                self._read_at[broker_id] = now
 
     async def _refresh_features(self, broker_id: int, state: PollState) -> None:
         """ApiVersions again once the connection's answer is older than the refresh interval:

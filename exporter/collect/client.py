@@ -1,4 +1,5 @@
-"""Cluster client: broker ids -> connections, Metadata, and the request builders/parsers.
+"""Cluster client: broker ids -> connections, Metadata, and the request builders/parsers of
+the APIs not yet in `collect.apis` (one module per API on `collect.driver`).
 
 Each function here does one Kafka API against one broker and returns plain data with per-item
 error codes kept (never raised), because one bad partition or id must not discard a whole
@@ -19,18 +20,10 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from kafka.protocol.admin.cluster import DescribeClusterRequest
-from kafka.protocol.admin.configs import DescribeConfigsRequest
-from kafka.protocol.admin.groups import ListGroupsRequest
-from kafka.protocol.admin.transactions import (
-    DescribeProducersRequest,
-    DescribeProducersResponse,
-    DescribeTransactionsRequest,
-    ListTransactionsRequest,
-)
+from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.record.memory_records import MemoryRecords
 
 from exporter.collect.connection import (
@@ -41,7 +34,6 @@ from exporter.collect.connection import (
     ConnectionOptions,
     ConnectionPool,
     RequestTimeout,
-    UnsupportedApi,
     build_ssl_context,
     parse_bootstrap,
 )
@@ -56,25 +48,14 @@ from exporter.collect.fastencode import (
     encode_describe_producers,
     encode_list_offsets,
 )
-from exporter.collect.parse import CLEANUP_POLICY_CONFIG, PARTITION_VERIFICATION_CONFIG
 from exporter.collect.sasl.logins import make_login
 from exporter.model import FinalizedFeatures, TopicPartition
 from exporter.settings import ClusterSettings
 
-TOPIC_RESOURCE_TYPE = 2
-BROKER_RESOURCE_TYPE = 4
-GROUP_COORDINATOR_KEY_TYPE = 0
-TRANSACTION_COORDINATOR_KEY_TYPE = 1
-OFFSET_FETCH_MIN_VERSION = 8
-"""OffsetFetch v8 (Kafka 3.0, KIP-709) is the first to carry many groups in one request."""
-OFFSET_FETCH_MAX_VERSION = 9
-"""v10 names topics by id only; the exporter names them (v9 is Kafka 4.0's newest)."""
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 LATEST_OFFSET = -1
 FETCH_MAX_BYTES = 1024
-TRANSACTION_MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
-BROKER_CONFIG_KEYS = (TRANSACTION_MAX_TIMEOUT_CONFIG, PARTITION_VERIFICATION_CONFIG)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -478,209 +459,6 @@ def describe_producers_request(
             name=DescribeProducersRequest.name,
             response_class=DescribeProducersResponse,
             encode_body=functools.partial(body, version),
-        )
-
-    return build
-
-
-def list_transactions_request(
-    producer_ids: Sequence[int] = (),
-) -> Callable[[BrokerConnection], Any]:
-    def build(connection: BrokerConnection) -> Any:
-        return ListTransactionsRequest(
-            state_filters=[],
-            producer_id_filters=list(producer_ids),
-            version=connection.version_for(ListTransactionsRequest),
-        )
-
-    return build
-
-
-def describe_broker_config_request(
-    broker_id: int, keys: Sequence[str] = BROKER_CONFIG_KEYS
-) -> Callable[[BrokerConnection], Any]:
-    """`keys` (by default `transaction.max.timeout.ms` and
-    `transaction.partition.verification.enable`) of BROKER `broker_id`, asked for by name.
-
-    Naming the keys keeps the answer to those entries (all configs: ~200 per broker). It does
-    not filter defaults: a broker returns a requested key whatever its source (reference
-    capture 07 answers `transactional.id.expiration.ms` with config_source 5,
-    DEFAULT_CONFIG), and leaves out a key it does not know. The reference's "ask for all"
-    warns against kafka-python's `describe_configs` filter, which drops defaults; null keys
-    (all) would be the fallback if a broker ignored the list."""
-
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeConfigsRequest(
-            resources=[
-                DescribeConfigsRequest.DescribeConfigsResource(
-                    resource_type=BROKER_RESOURCE_TYPE,
-                    resource_name=str(broker_id),
-                    configuration_keys=list(keys),
-                )
-            ],
-            include_synonyms=False,
-            include_documentation=False,
-            version=connection.version_for(DescribeConfigsRequest),
-        )
-
-    return build
-
-
-def describe_topic_configs_request(topics: Sequence[str]) -> Callable[[BrokerConnection], Any]:
-    """`cleanup.policy` of each TOPIC resource in `topics`; any broker answers for any topic
-    (reference groups capture 15)."""
-
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeConfigsRequest(
-            resources=[
-                DescribeConfigsRequest.DescribeConfigsResource(
-                    resource_type=TOPIC_RESOURCE_TYPE,
-                    resource_name=topic,
-                    configuration_keys=[CLEANUP_POLICY_CONFIG],
-                )
-                for topic in topics
-            ],
-            include_synonyms=False,
-            include_documentation=False,
-            version=connection.version_for(DescribeConfigsRequest),
-        )
-
-    return build
-
-
-def parse_transaction_max_timeout_ms(response: Any) -> int | None:
-    for result in response.results:
-        if result.error_code != 0:
-            return None
-        for config in result.configs:
-            if config.name == TRANSACTION_MAX_TIMEOUT_CONFIG and config.value is not None:
-                try:
-                    value = int(config.value)
-                except ValueError:
-                    return None  # not a number: unknown, like an error (never a crash)
-                return value if value > 0 else None
-    return None
-
-
-def find_coordinator_requests(
-    connection: BrokerConnection, transactional_ids: Sequence[str]
-) -> list[Any]:
-    """Batched FindCoordinator (v4+) when the broker supports it, else one request per id."""
-    version = connection.version_for(FindCoordinatorRequest)
-    if version >= 4:
-        return [
-            FindCoordinatorRequest(
-                key_type=TRANSACTION_COORDINATOR_KEY_TYPE,
-                coordinator_keys=list(transactional_ids),
-                version=version,
-            )
-        ]
-    return [
-        FindCoordinatorRequest(key=t, key_type=TRANSACTION_COORDINATOR_KEY_TYPE, version=version)
-        for t in transactional_ids
-    ]
-
-
-def find_group_coordinators_request(group_ids: Sequence[str]) -> Callable[[BrokerConnection], Any]:
-    """One FindCoordinator for many groups (key type 0, v4+ batched; Kafka 3.0, KIP-699).
-    Older brokers raise `UnsupportedApi`: the groups are then unknown, not looked up one by
-    one (that would be one request per group per poll)."""
-
-    def build(connection: BrokerConnection) -> Any:
-        version = connection.version_for(FindCoordinatorRequest)
-        if version < 4:
-            raise UnsupportedApi("FindCoordinator v4+ needed to batch group lookups")
-        return FindCoordinatorRequest(
-            key_type=GROUP_COORDINATOR_KEY_TYPE,
-            coordinator_keys=list(group_ids),
-            version=version,
-        )
-
-    return build
-
-
-BROKER_ENDPOINT_TYPE = 1
-
-
-def describe_cluster_request() -> Callable[[BrokerConnection], Any]:
-    """DescribeCluster (Kafka 2.8+, KIP-700) asking for the cluster's authorized operations:
-    whether this principal may Describe the cluster, i.e. whether ListGroups lists every group
-    (docs/kafka-semantics.md#describe-cluster)."""
-
-    def build(connection: BrokerConnection) -> Any:
-        version = connection.version_for(DescribeClusterRequest)
-        fields: dict[str, Any] = {"include_cluster_authorized_operations": True}
-        if version >= 1:
-            fields["endpoint_type"] = BROKER_ENDPOINT_TYPE
-        if version >= 2:
-            fields["include_fenced_brokers"] = False
-        return DescribeClusterRequest(version=version, **fields)
-
-    return build
-
-
-def list_groups_request() -> Callable[[BrokerConnection], Any]:
-    """ListGroups without filters (every state, every type): the caller keeps consumer groups."""
-
-    def build(connection: BrokerConnection) -> Any:
-        return ListGroupsRequest(
-            states_filter=[], types_filter=[], version=connection.version_for(ListGroupsRequest)
-        )
-
-    return build
-
-
-def offset_fetch_request(
-    group_ids: Sequence[str], partitions: Sequence[tuple[str, Sequence[int]]]
-) -> Callable[[BrokerConnection], Any]:
-    """OffsetFetch v8+ for many groups, each asked only about `partitions` (topic, indexes);
-    require_stable false: the last committed offset, even with a transactional commit pending.
-    kafka-python's group module is imported here, not at start-up: it also holds the consumer
-    group client's messages, and only a poll with a late transaction needs it."""
-
-    def build(connection: BrokerConnection) -> Any:
-        from kafka.protocol.consumer.group import OffsetFetchRequest
-
-        version = connection.version_for(OffsetFetchRequest, max_version=OFFSET_FETCH_MAX_VERSION)
-        if version < OFFSET_FETCH_MIN_VERSION:
-            raise UnsupportedApi("OffsetFetch v8+ needed for many groups per request")
-        group_cls = OffsetFetchRequest.OffsetFetchRequestGroup
-        topic_cls = group_cls.OffsetFetchRequestTopics
-        return OffsetFetchRequest(
-            groups=[
-                group_cls(
-                    group_id=g,
-                    member_id=None,
-                    member_epoch=-1,
-                    topics=[
-                        topic_cls(name=t, topic_id=_ZERO_UUID, partition_indexes=list(ps))
-                        for t, ps in partitions
-                    ],
-                )
-                for g in group_ids
-            ],
-            require_stable=False,
-            version=version,
-        )
-
-    return build
-
-
-def parse_find_coordinator(response: Any, requested_key: str | None) -> list[tuple[str, int, int]]:
-    """-> [(transactional_id, node_id, error_code)] for either response shape."""
-    if response.API_VERSION >= 4:
-        return [(c.key, c.node_id, c.error_code) for c in response.coordinators]
-    assert requested_key is not None
-    return [(requested_key, response.node_id, response.error_code)]
-
-
-def describe_transactions_request(
-    transactional_ids: Sequence[str],
-) -> Callable[[BrokerConnection], Any]:
-    def build(connection: BrokerConnection) -> Any:
-        return DescribeTransactionsRequest(
-            transactional_ids=list(transactional_ids),
-            version=connection.version_for(DescribeTransactionsRequest),
         )
 
     return build

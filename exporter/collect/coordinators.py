@@ -5,36 +5,19 @@ find-hanging steps 3-4; docs/kafka-semantics.md#find-hanging, #orphaned)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from exporter.collect.client import (
-    ClusterClient,
-    MetadataView,
-    describe_transactions_request,
-    find_coordinator_requests,
-    gather_settled,
-    list_transactions_request,
-    parse_find_coordinator,
+from exporter.collect.apis.describe_transactions import DescribeTransactions
+from exporter.collect.apis.find_coordinator import (
+    CoordinatorApiUnsupported,
+    FindTransactionCoordinators,
 )
-from exporter.collect.connection import CollectError
-from exporter.collect.errors import (
-    COORDINATOR_LOAD_IN_PROGRESS,
-    MISSING_FROM_ANSWER,
-    NOT_COORDINATOR,
-    TRANSACTIONAL_ID_NOT_FOUND,
-    error_name,
-)
+from exporter.collect.apis.list_transactions import list_transactions
+from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.driver import CoordinatorStrategy, Driver
 from exporter.collect.groups import unlisted_leader
-from exporter.collect.parse import parse_describe_transactions, parse_list_transactions
-from exporter.collect.pollstate import (
-    RETRY_DELAY_SECONDS,
-    UNSUPPORTED_API_KIND,
-    ApiSupportLog,
-    PollState,
-)
+from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.model import OpenTransaction, TransactionDescription
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -51,10 +34,6 @@ class CoordinatorView:
     states: dict[str, int] | None = None
 
 
-class _CoordinatorApiUnsupported(Exception):
-    """FindCoordinator/DescribeTransactions unsupported: the coordinator view is incomplete."""
-
-
 class CoordinatorReader:
     """Maps producers of the transactions asked about to their transactional ids and
     coordinators.
@@ -64,8 +43,7 @@ class CoordinatorReader:
     forgotten at the end of the next poll."""
 
     def __init__(self, client: ClusterClient, support: ApiSupportLog) -> None:
-        self._client = client
-        self._support = support
+        self._driver = Driver(client, support)
         self._coordinators: dict[str, int] = {}
         self._listed_ids: dict[int, str] = {}
         """Producer id -> the transactional id a coordinator listed for it, for the producers
@@ -76,38 +54,13 @@ class CoordinatorReader:
 
     async def list_transactions(self, meta: MetadataView, state: PollState) -> Listing:
         """Every broker's ListTransactions (each coordinates a slice) and whether all answered."""
-        results = await asyncio.gather(*(self._list_at(b, state) for b in sorted(meta.brokers)))
-        listing: list[tuple[str, int, str]] = []
-        for result in results:
-            if result is not None:
-                listing.extend(result)
+        listing, answered = await list_transactions(self._driver, meta, state)
         # A dead broker leaves Metadata, so it is not asked above; its slice of the listing is
         # still missing while any __transaction_state partition has no leader.
         orphaned = any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless)
         # So is the slice of a coordinator Metadata leaves out of its brokers.
         orphaned = orphaned or unlisted_leader(meta, TRANSACTION_STATE_TOPIC)
-        return listing, not orphaned and all(result is not None for result in results)
-
-    async def _list_at(self, broker_id: int, state: PollState) -> list[tuple[str, int, str]] | None:
-        for attempt in range(2):
-            try:
-                response = await self._client.send(broker_id, list_transactions_request())
-            except CollectError as exc:
-                # Kafka < 3.0 has no ListTransactions: this broker's slice of the coordinator
-                # view is missing, so unmapped producers classify as unknown, never hanging.
-                if exc.kind == UNSUPPORTED_API_KIND:
-                    self._support.unsupported(broker_id, "ListTransactions")
-                    state.unsupported_apis.add("ListTransactions")
-                else:
-                    state.error(broker_id, "ListTransactions", exc.kind)
-                return None
-            if response.error_code == 0:
-                return parse_list_transactions(response)
-            state.error(broker_id, "ListTransactions", error_name(response.error_code))
-            if response.error_code != COORDINATOR_LOAD_IN_PROGRESS or attempt:
-                return None
-            await asyncio.sleep(RETRY_DELAY_SECONDS)
-        return None
+        return listing, not orphaned and answered
 
     async def view(
         self,
@@ -157,7 +110,7 @@ class CoordinatorReader:
         if wanted:
             try:
                 await self._describe(wanted, view, meta, state)
-            except _CoordinatorApiUnsupported:
+            except CoordinatorApiUnsupported:
                 view.complete = False
         self._drop_disowned(remembered, view)
         return view
@@ -181,120 +134,15 @@ class CoordinatorReader:
         meta: MetadataView,
         state: PollState,
     ) -> None:
-        pending = transactional_ids
-        for attempt in range(2):
-            await self._find_coordinators(
-                [t for t in pending if t not in self._coordinators], meta, state
-            )
-            by_coordinator: dict[int, list[str]] = {}
-            for t in pending:
-                coordinator = self._coordinators.get(t)
-                if coordinator is not None:
-                    by_coordinator.setdefault(coordinator, []).append(t)
-            results = await asyncio.gather(
-                *(
-                    self._describe_at(c, ids, view, state)
-                    for c, ids in sorted(by_coordinator.items())
-                )
-            )
-            pending = [t for retry in results for t in retry]
-            if not pending:
-                return
-            if attempt == 0:
-                await asyncio.sleep(RETRY_DELAY_SECONDS)
-
-    async def _find_coordinators(
-        self, transactional_ids: list[str], meta: MetadataView, state: PollState
-    ) -> None:
-        if not transactional_ids:
-            return
-        for attempt in range(2):
-            broker = next((b for b in sorted(meta.brokers) if b not in self._client.down), None)
-            if broker is None:
-                return
-            try:
-                connection = await self._client.connection(broker)
-                requests = find_coordinator_requests(connection, transactional_ids)
-            except CollectError as exc:
-                if exc.kind == UNSUPPORTED_API_KIND:
-                    state.unsupported_apis.add("FindCoordinator")
-                    raise _CoordinatorApiUnsupported() from exc
-                state.error(broker, "FindCoordinator", exc.kind)
-                continue
-            responses = await gather_settled(
-                *(self._client.send(broker, _prebuilt(r)) for r in requests)
-            )
-            retry: list[str] = []
-            for request, response in zip(requests, responses, strict=True):
-                if isinstance(response, CollectError):
-                    state.error(broker, "FindCoordinator", response.kind)
-                    retry.extend(request.coordinator_keys or [request.key])
-                    continue
-                if isinstance(response, BaseException):
-                    raise response
-                key = None if request.API_VERSION >= 4 else request.key
-                found = parse_find_coordinator(response, key)
-                left_out = set(request.coordinator_keys or [request.key]).difference(
-                    t for t, _, _ in found
-                )
-                if left_out:  # asked and not answered: looked up again
-                    state.error(broker, "FindCoordinator", MISSING_FROM_ANSWER)
-                    retry.extend(sorted(left_out))
-                for transactional_id, node_id, code in found:
-                    if code == 0 and node_id >= 0:
-                        self._coordinators[transactional_id] = node_id
-                    else:
-                        state.error(broker, "FindCoordinator", error_name(code))
-                        retry.append(transactional_id)
-            if not retry:
-                return
-            transactional_ids = retry
-            if attempt == 0:
-                await asyncio.sleep(RETRY_DELAY_SECONDS)
-
-    async def _describe_at(
-        self,
-        coordinator: int,
-        transactional_ids: list[str],
-        view: CoordinatorView,
-        state: PollState,
-    ) -> list[str]:
-        """DescribeTransactions at one coordinator; returns the ids worth one more try."""
-        try:
-            response = await self._client.send(
-                coordinator, describe_transactions_request(transactional_ids)
-            )
-        except CollectError as exc:
-            if exc.kind == UNSUPPORTED_API_KIND:
-                # A coordinator on Kafka < 3.0 (mixed cluster): its ids stay undescribed and
-                # classify as unknown; the other coordinators' answers still count.
-                self._support.unsupported(coordinator, "DescribeTransactions")
-                state.unsupported_apis.add("DescribeTransactions")
-                view.complete = False
-                return []
-            state.error(coordinator, "DescribeTransactions", exc.kind)
-            for t in transactional_ids:
-                self._coordinators.pop(t, None)
-            return []  # absent from descriptions -> classified unknown
-        descriptions, errors = parse_describe_transactions(response)
-        for description in descriptions:
-            view.descriptions[description.transactional_id] = description
-        answered = {d.transactional_id for d in descriptions} | {t for t, _ in errors}
-        if not answered.issuperset(transactional_ids):
-            # An id asked about and left out: undescribed, so classified unknown.
-            state.error(coordinator, "DescribeTransactions", MISSING_FROM_ANSWER)
-        retry: list[str] = []
-        for transactional_id, code in errors:
-            state.error(coordinator, "DescribeTransactions", error_name(code))
-            if code == TRANSACTIONAL_ID_NOT_FOUND:
-                view.descriptions[transactional_id] = None  # "no description": hanging
-            elif code == NOT_COORDINATOR:
-                self._coordinators.pop(transactional_id, None)  # moved: look it up again
-                retry.append(transactional_id)
-            elif code == COORDINATOR_LOAD_IN_PROGRESS:
-                retry.append(transactional_id)
-        return retry
-
-
-def _prebuilt(request: Any) -> Callable[[Any], Any]:
-    return lambda _connection: request
+        """DescribeTransactions at each id's coordinator (looked up by FindCoordinator when not
+        known, or moved); a coordinator moved or loading is asked once more."""
+        coordinators = CoordinatorStrategy(
+            self._driver,
+            lambda: FindTransactionCoordinators(self._coordinators),
+            self._coordinators,
+            attempts=2,
+        )
+        handler = DescribeTransactions(view.descriptions)
+        await self._driver.run(handler, coordinators, transactional_ids, meta, state, attempts=2)
+        if not handler.complete:
+            view.complete = False

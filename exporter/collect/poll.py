@@ -88,8 +88,8 @@ class ClusterPoller:
         """`screen_crowded_partitions`=False: DescribeProducers for every partition every
         poll (the reference of the differential test, tests/collect/test_screening_*)."""
         self._start_times = StartTimeResolver(self._client)
-        self._broker_config = BrokerConfigReader(self._client, settings)
-        self._topic_config = TopicConfigReader(self._client, settings)
+        self._broker_config = BrokerConfigReader(self._client, self._support, settings)
+        self._topic_config = TopicConfigReader(self._client, self._support, settings)
         self._coordinators = CoordinatorReader(self._client, self._support)
         self._lso = LastStableOffsetReader(self._client)
         self._groups = ConsumerGroupReader(self._client, self._support, settings)

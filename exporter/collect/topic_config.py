@@ -7,20 +7,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from exporter.collect.client import ClusterClient, MetadataView, describe_topic_configs_request
-from exporter.collect.connection import CollectError
-from exporter.collect.errors import MISSING_FROM_ANSWER, error_name
-from exporter.collect.parse import parse_cleanup_policies
-from exporter.collect.pollstate import PollState
+from exporter.collect.apis.describe_configs import TopicConfigs
+from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.driver import AnyBroker, Driver
+from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.settings import ClusterSettings
-
-TOPICS_PER_REQUEST = 500
-"""Topics per DescribeConfigs, like the admin tools' batches (one request almost always)."""
 
 
 class TopicConfigReader:
-    def __init__(self, client: ClusterClient, settings: ClusterSettings) -> None:
-        self._client = client
+    def __init__(
+        self, client: ClusterClient, support: ApiSupportLog, settings: ClusterSettings
+    ) -> None:
+        self._driver = Driver(client, support)
         self._settings = settings
         self._compacted: dict[str, tuple[bool, float]] = {}  # topic -> (compacted, read at)
 
@@ -47,33 +45,5 @@ class TopicConfigReader:
 
     async def _read(self, topics: list[str], meta: MetadataView, state: PollState) -> None:
         # Any broker answers for any topic: the lowest id that is up.
-        brokers = [b for b in sorted(meta.brokers) if b not in self._client.down]
-        if not brokers:
-            self._forget(topics)
-            return
-        broker_id = brokers[0]
-        for start in range(0, len(topics), TOPICS_PER_REQUEST):
-            batch = topics[start:start + TOPICS_PER_REQUEST]
-            try:
-                response = await self._client.send(broker_id, describe_topic_configs_request(batch))
-            except CollectError as exc:
-                state.error(broker_id, "DescribeConfigs", exc.kind)
-                self._forget(batch)
-                continue
-            compacted, errors = parse_cleanup_policies(response)
-            for _, code in errors:
-                state.error(broker_id, "DescribeConfigs", error_name(code))
-            failed = {name for name, _ in errors}
-            if any(t not in compacted and t not in failed for t in batch):
-                # A topic asked for and left out: unknown, and counted.
-                state.error(broker_id, "DescribeConfigs", MISSING_FROM_ANSWER)
-            now = time.monotonic()
-            for topic in batch:
-                if topic in compacted:
-                    self._compacted[topic] = (compacted[topic], now)
-                else:
-                    self._compacted.pop(topic, None)  # unknown now; asked again next poll
-
-    def _forget(self, topics: Iterable[str]) -> None:
-        for topic in topics:
-            self._compacted.pop(topic, None)
+        handler = TopicConfigs(self._compacted)
+        await self._driver.run(handler, AnyBroker(self._driver.client), topics, meta, state)

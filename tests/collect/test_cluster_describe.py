@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kafka.protocol.admin.cluster import DescribeClusterResponse
 
+from exporter.collect.apis.describe_cluster import parse_cluster_describe
 from exporter.collect.connection import BrokerUnreachable, UnsupportedApi
 from exporter.collect.groups import ConsumerGroupReader
-from exporter.collect.parse import parse_cluster_describe
 from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.settings import ClusterSettings
 

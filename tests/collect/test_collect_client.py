@@ -13,16 +13,19 @@ from kafka.protocol.consumer.group import OffsetFetchResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from simhelpers import CAPTURES, capture
 
-from exporter.collect.client import (
+from exporter.collect.apis.describe_configs import (
     TRANSACTION_MAX_TIMEOUT_CONFIG,
-    batch_partitions,
     describe_broker_config_request,
-    first_batch_header,
-    parse_find_coordinator,
-    parse_metadata,
     parse_transaction_max_timeout_ms,
 )
-from exporter.collect.parse import parse_list_groups, parse_offset_fetch_groups
+from exporter.collect.apis.find_coordinator import parse_find_coordinator
+from exporter.collect.apis.list_groups import parse_list_groups
+from exporter.collect.apis.offset_fetch import parse_offset_fetch_groups
+from exporter.collect.client import (
+    batch_partitions,
+    first_batch_header,
+    parse_metadata,
+)
 from exporter.model import TopicPartition
 
 GROUPS_CAPTURES = CAPTURES.parent / "real-kafka-4.0-groups"

@@ -13,13 +13,14 @@ from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigs
 from kafka.protocol.metadata import ApiVersionsResponse
 from simhelpers import capture
 
-from exporter.collect.client import describe_broker_config_request, describe_topic_configs_request
-from exporter.collect.parse import (
+from exporter.collect.apis.describe_configs import (
+    describe_broker_config_request,
+    describe_topic_configs_request,
     is_compact_policy,
     parse_cleanup_policies,
-    parse_finalized_features,
     parse_partition_verification,
 )
+from exporter.collect.parse import parse_finalized_features
 from exporter.model import PartitionVerification
 
 GROUPS = Path(__file__).resolve().parent.parent / "data" / "real-kafka-4.0-groups"

@@ -574,13 +574,24 @@ class _Negotiator:
 
 def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
     """(name, request) for every API the exporter sends, built by the exporter's own builders
-    (exporter/collect/client.py) at the version it would choose with this side; request None
-    where that side does not offer the API (the exporter leaves it unsent and says why)."""
+    (exporter/collect/client.py, exporter/collect/apis/) at the version it would choose with
+    this side; request None where that side does not offer the API (the exporter leaves it
+    unsent and says why)."""
     import uuid
 
+    from kafka.protocol.metadata import FindCoordinatorRequest
     from kafka.protocol.metadata.metadata import MetadataRequest
 
     from exporter.collect import client as c
+    from exporter.collect.apis import (
+        describe_cluster,
+        describe_configs,
+        describe_transactions,
+        find_coordinator,
+        list_groups,
+        list_transactions,
+        offset_fetch,
+    )
     from exporter.collect.failures import UnsupportedApi
 
     resp = side.txn.decoded("01-apiversions-v3.json")
@@ -589,21 +600,28 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
     topics = list(TXN_TOPICS)
     builders: list[tuple[str, Callable[[], Any]]] = [
         ("Metadata", lambda: c.build_metadata_request(topics, neg.version_for(MetadataRequest))),
-        ("DescribeCluster", lambda: c.describe_cluster_request()(neg)),
+        ("DescribeCluster", lambda: describe_cluster.describe_cluster_request()(neg)),
         ("DescribeProducers", lambda: c.describe_producers_request(
             [("hang-test", [0, 1, 2]), ("txn-open", [0, 1, 2])])(neg)),
-        ("ListTransactions", lambda: c.list_transactions_request()(neg)),
-        ("DescribeTransactions", lambda: c.describe_transactions_request(
+        ("ListTransactions", lambda: list_transactions.list_transactions_request()(neg)),
+        ("DescribeTransactions", lambda: describe_transactions.describe_transactions_request(
             ["tx-open-1", "hang-1", "tx-committed-1", "tx-timeout-1"])(neg)),
-        ("FindCoordinator transactions",
-         lambda: c.find_coordinator_requests(
-             neg, ["tx-open-1", "hang-1"])[0]),  # type: ignore[arg-type]
-        ("FindCoordinator groups", lambda: c.find_group_coordinators_request(["grp-rc"])(neg)),
-        ("DescribeConfigs broker", lambda: c.describe_broker_config_request(NODE_ID)(neg)),
-        ("DescribeConfigs topics",
-         lambda: c.describe_topic_configs_request(["grp-test", "grp-compacted"])(neg)),
-        ("ListGroups", lambda: c.list_groups_request()(neg)),
-        ("OffsetFetch", lambda: c.offset_fetch_request(
+        # Below v4 the exporter sends one request per id: the first is compared.
+        ("FindCoordinator transactions", lambda: find_coordinator.find_coordinator_request(
+            find_coordinator.TRANSACTION_COORDINATOR_KEY_TYPE,
+            ["tx-open-1", "hang-1"][
+                : None if neg.version_for(FindCoordinatorRequest) >= 4 else 1
+            ],
+        )(neg)),
+        ("FindCoordinator groups", lambda: find_coordinator.find_coordinator_request(
+            find_coordinator.GROUP_COORDINATOR_KEY_TYPE, ["grp-rc"], batched_only=True,
+        )(neg)),
+        ("DescribeConfigs broker",
+         lambda: describe_configs.describe_broker_config_request(NODE_ID)(neg)),
+        ("DescribeConfigs topics", lambda: describe_configs.describe_topic_configs_request(
+            ["grp-test", "grp-compacted"])(neg)),
+        ("ListGroups", lambda: list_groups.list_groups_request()(neg)),
+        ("OffsetFetch", lambda: offset_fetch.offset_fetch_request(
             ["grp-rc", "grp-ru", "grp-lagging"], [("grp-test", [0])])(neg)),
         ("ListOffsets read_uncommitted",
          lambda: c.list_offsets_request({"hang-test": [0], "txn-open": [0, 1, 2]}, 0)(neg)),
