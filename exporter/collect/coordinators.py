@@ -6,7 +6,7 @@ find-hanging steps 3-4; docs/kafka-semantics.md#find-hanging, #orphaned)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,21 @@ from exporter.model import OpenTransaction, TransactionDescription
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 Listing = tuple[list[tuple[str, int, str]], bool]
+
+
+def coordinator_not_asked(meta: MetadataView, asked: Mapping[int, object] | None = None) -> bool:
+    """Whether some coordinator's slice of the listing is missing from the brokers `asked`
+    (Metadata's brokers by default): a __transaction_state partition without a leader (a
+    dead broker leaves Metadata, so it is not asked), or led by a broker not asked."""
+    if any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless):
+        return True
+    if asked is None:
+        return unlisted_leader(meta, TRANSACTION_STATE_TOPIC)
+    return any(
+        leader >= 0 and leader not in asked
+        for tp, leader in meta.leaders.items()
+        if tp.topic == TRANSACTION_STATE_TOPIC
+    )
 """([(transactional_id, producer_id, state)], whether every coordinator answered)."""
 
 
@@ -76,17 +91,18 @@ class CoordinatorReader:
 
     async def list_transactions(self, meta: MetadataView, state: PollState) -> Listing:
         """Every broker's ListTransactions (each coordinates a slice) and whether all answered."""
-        results = await asyncio.gather(*(self._list_at(b, state) for b in sorted(meta.brokers)))
+        asked = meta.brokers
+        missing = coordinator_not_asked(meta)
+        results = await asyncio.gather(*(self._list_at(b, state) for b in sorted(asked)))
         listing: list[tuple[str, int, str]] = []
         for result in results:
             if result is not None:
                 listing.extend(result)
-        # A dead broker leaves Metadata, so it is not asked above; its slice of the listing is
-        # still missing while any __transaction_state partition has no leader.
-        orphaned = any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless)
-        # So is the slice of a coordinator Metadata leaves out of its brokers.
-        orphaned = orphaned or unlisted_leader(meta, TRANSACTION_STATE_TOPIC)
-        return listing, not orphaned and all(result is not None for result in results)
+        if meta.brokers is not asked:
+            # DescribeProducers re-routed meanwhile and added a fresh answer's brokers to the
+            # view: a coordinator among them was not asked.
+            missing = missing or coordinator_not_asked(meta, asked)
+        return listing, not missing and all(result is not None for result in results)
 
     async def _list_at(self, broker_id: int, state: PollState) -> list[tuple[str, int, str]] | None:
         for attempt in range(2):
