@@ -5,7 +5,7 @@ find-hanging steps 3-4; docs/kafka-semantics.md#find-hanging, #orphaned)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.collect.apis.describe_transactions import DescribeTransactions
@@ -23,6 +23,21 @@ from exporter.model import OpenTransaction, TransactionDescription
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 Listing = tuple[list[tuple[str, int, str]], bool]
+
+
+def coordinator_not_asked(meta: MetadataView, asked: Mapping[int, object] | None = None) -> bool:
+    """Whether some coordinator's slice of the listing is missing from the brokers `asked`
+    (Metadata's brokers by default): a __transaction_state partition without a leader (a
+    dead broker leaves Metadata, so it is not asked), or led by a broker not asked."""
+    if any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless):
+        return True
+    if asked is None:
+        return unlisted_leader(meta, TRANSACTION_STATE_TOPIC)
+    return any(
+        leader >= 0 and leader not in asked
+        for tp, leader in meta.leaders.items()
+        if tp.topic == TRANSACTION_STATE_TOPIC
+    )
 """([(transactional_id, producer_id, state)], whether every coordinator answered)."""
 
 
@@ -54,13 +69,14 @@ class CoordinatorReader:
 
     async def list_transactions(self, meta: MetadataView, state: PollState) -> Listing:
         """Every broker's ListTransactions (each coordinates a slice) and whether all answered."""
-        listing, answered = await list_transactions(self._driver, meta, state)
-        # A dead broker leaves Metadata, so it is not asked above; its slice of the listing is
-        # still missing while any __transaction_state partition has no leader.
-        orphaned = any(tp.topic == TRANSACTION_STATE_TOPIC for tp in meta.leaderless)
-        # So is the slice of a coordinator Metadata leaves out of its brokers.
-        orphaned = orphaned or unlisted_leader(meta, TRANSACTION_STATE_TOPIC)
-        return listing, not orphaned and answered
+        asked = meta.brokers
+        missing = coordinator_not_asked(meta)
+        listing, answered = await list_transactions(self._driver, sorted(asked), meta, state)
+        if meta.brokers is not asked:
+            # DescribeProducers re-routed meanwhile and added a fresh answer's brokers to the
+            # view: a coordinator among them was not asked.
+            missing = missing or coordinator_not_asked(meta, asked)
+        return listing, not missing and answered
 
     async def view(
         self,

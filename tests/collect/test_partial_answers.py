@@ -19,6 +19,8 @@ the other arrays lose some.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +37,13 @@ from prometheus_client.registry import CollectorRegistry
 from simhelpers import cluster_settings
 
 from exporter.analyze import analyze
+from exporter.collect.apis.list_transactions import (
+    list_transactions_request,
+    parse_list_transactions,
+)
+from exporter.collect.client import ClusterClient
+from exporter.collect.coordinators import CoordinatorReader, Listing
+from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.expose.collector import SnapshotCollector
 from exporter.model import ClusterObservation, ClusterSnapshot
 from exporter.observe import ClusterObserver
@@ -277,3 +286,36 @@ def _restore_offset_fetch(sim: SimCluster) -> None:
     del sim.router.handle
 
 
+
+
+def test_a_coordinator_learned_while_listing_was_not_asked(scenario: Scenario) -> None:
+    """DescribeProducers, re-routing a moved partition, adds the brokers of a fresh Metadata
+    answer to the poll's view while ListTransactions is in flight. A coordinator added then
+    was not asked: the listing is not complete (a count without its slice would read as
+    transactions that ended), though the view no longer leaves that broker out."""
+
+    async def listed() -> tuple[Listing, int, int]:
+        client = ClusterClient(scenario.settings)
+        try:
+            meta = await client.metadata()
+            slices = {
+                b: parse_list_transactions(await client.send(b, list_transactions_request()))
+                for b in sorted(meta.brokers)
+            }
+            absent = min(b for b, entries in slices.items() if entries)
+            view = dataclasses.replace(
+                meta, brokers={b: a for b, a in meta.brokers.items() if b != absent},
+                unlisted_leader_topics=None,
+            )
+            reader = CoordinatorReader(client, ApiSupportLog("partial"))
+            task = asyncio.create_task(reader.list_transactions(view, PollState(now_ms=0)))
+            await asyncio.sleep(0)  # asked of the brokers the view lists, answers not yet in
+            view.brokers = dict(meta.brokers)  # what re-routing does
+            view.unlisted_leader_topics = None
+            return await task, len(slices[absent]), sum(map(len, slices.values()))
+        finally:
+            await client.close()
+
+    (listing, complete), missed, total = asyncio.run(listed())
+    assert missed and len(listing) == total - missed  # the absent coordinator's slice
+    assert not complete

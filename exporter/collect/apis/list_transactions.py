@@ -65,11 +65,10 @@ class ListTransactions(WholeAnswer[int]):
 
 
 async def list_transactions(
-    driver: Driver, meta: MetadataView, state: PollState
+    driver: Driver, brokers: list[int], meta: MetadataView, state: PollState
 ) -> tuple[Listed, bool]:
-    """Every broker's listing (each coordinates a slice), and whether every broker answered."""
+    """The listings of `brokers` (each coordinates a slice), and whether every one answered."""
     handler = ListTransactions()
-    brokers = sorted(meta.brokers)
     await driver.run(handler, EveryBroker(), brokers, meta, state, attempts=2)
     listing = [entry for b in brokers for entry in handler.listings.get(b, ())]
     return listing, len(handler.listings) == len(brokers)
