@@ -80,6 +80,18 @@ def _cpu_seconds_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _pure_python_floor_seconds(leaders: Any) -> float:
+    """CPU of the least a poll that looks at every partition must do in Python: read each
+    partition of the poll's own mapping once into a row (best of 3, same process)."""
+    best = float("inf")
+    for _ in range(3):
+        cpu = time.process_time()
+        rows = [(tp.topic, tp.partition, leader) for tp, leader in leaders.items()]
+        best = min(best, time.process_time() - cpu)
+        del rows
+    return best
+
+
 def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
     import structlog
 
@@ -93,6 +105,7 @@ def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
     poller = ClusterObserver(settings)
     store = SnapshotStore([settings])
     records = []
+    floor = 0.0
     for _ in range(polls):
         load = common.load_average()[0]
         sim_cpu = _cpu_seconds_of(sim_pid)
@@ -113,10 +126,13 @@ def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
             "lost_requests": sum(n for k, n in errors.items()
                                  if "TIMEOUT" in k or "DISCONNECT" in k or "CONNECTION" in k),
         })
+        if len(records) == polls:
+            floor = _pure_python_floor_seconds(observation.leaders)
         del observation  # the daemon keeps only the published snapshot between polls
     poller.close()
     return {
         "request_timeout_seconds": settings.request_timeout_seconds,
+        "floor_cpu_seconds": round(floor, 4),
         "polls": records,
         "hwm_mib": round(common.hwm_mib(), 1),
     }
@@ -150,6 +166,9 @@ def measure(brokers: int, partitions: int, latency_ms: int, polls: int,
     for key in ("wall_seconds", "cpu_seconds", "sim_cpu_seconds"):
         result[f"warm_median_{key}"] = round(statistics.median(p[key] for p in warm), 3)
     result["lost_requests_total"] = sum(p["lost_requests"] for p in result["polls"])
+    if result["floor_cpu_seconds"] > 0:
+        result["warm_cpu_vs_floor"] = round(
+            result["warm_median_cpu_seconds"] / result["floor_cpu_seconds"], 2)
     return result
 
 
@@ -168,6 +187,9 @@ def _print(label: str, r: dict[str, Any]) -> None:
     print(f"  warm medians: wall {r['warm_median_wall_seconds']} s, poller CPU "
           f"{r['warm_median_cpu_seconds']} s, sim CPU {r['warm_median_sim_cpu_seconds']} s; "
           f"poller peak RSS {r['hwm_mib']} MiB")
+    print(f"  pure-Python floor (each partition read once into a row): "
+          f"{r['floor_cpu_seconds']} s CPU; warm poller CPU / floor: "
+          f"{r.get('warm_cpu_vs_floor', '-')}")
 
 
 def main(argv: list[str]) -> int:
