@@ -12,7 +12,9 @@ Processes:
   (`time.process_time()`), CPU the simulator spent meanwhile (/proc/<pid>/stat), the request
   errors by API and error (a lost request is a REQUEST_TIMEOUT or a dropped connection), and
   partitions left unobserved. The observation is dropped before the next poll, as the daemon
-  does, so the poller's peak RSS (VmHWM) is that of one poll.
+  does, so the poller's peak RSS (VmHWM) is that of one poll. After the last poll, the
+  pure-Python floor in the same process: each partition of the poll's mapping read once into
+  a row; the warm poll's CPU is printed against it.
 With `--sim-baseline-tree DIR` the same is measured against the simulator of another checkout
 (e.g. `git archive` of main before a change), in the same run: ratio = this / baseline.
 
