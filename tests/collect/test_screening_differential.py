@@ -148,7 +148,7 @@ def run(sim: SimCluster, rng: random.Random, full: ClusterObserver, screened: Cl
                 b = screened.poll()
             pairs.append((fingerprint(a, analyze(a, settings)),
                           fingerprint(b, analyze(b, settings))))
-            crowded_seen.append(screened.poller._producers.crowded_partitions())
+            crowded_seen.append(screened.poller._producers.screened_partitions())
     finally:
         churn.stop.set()
         worker.join(30)
