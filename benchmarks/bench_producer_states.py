@@ -1,7 +1,7 @@
 """Poll cost against producer states per partition: the full poll (DescribeProducers
-for every partition, every poll) vs the screened one (crowded partitions screened through a
-fetch session per leader, asked DescribeProducers only where LSO < HW and moved since last
-asked), on the same simulated cluster. The states are seeded compactly
+for every partition, every poll) vs the screened one (every partition DescribeProducers
+answered for screened through a fetch session per leader, asked DescribeProducers only where
+LSO < HW and moved since last asked), on the same simulated cluster. The states are seeded compactly
 (`seed_idle_producer_states`: the same answers as one explicit producer per state, in a few
 bytes each), so that 200,000 partitions x 1,000 states fit.
 

@@ -2,19 +2,22 @@
 partitions whose leadership moved since Metadata. Every partition asked for ends up either in
 `PollState.open_entries` (its open transactions, if any) or in `PollState.unobserved`.
 
-Crowded partitions: a partition whose last answer held SCREEN_FROM_STATES or more
-producer states (idempotent producers keep one each for `producer.id.expiration.ms`) is
-screened first (`collect.screening`: its high watermark and last stable offset, from a fetch
-session) and asked DescribeProducers only when its last stable offset is below its high
-watermark or its offsets could not be read; and not even then when the session reports its
-offsets unchanged since the poll that asked it: that answer still holds below the high
-watermark (docs/kafka-semantics.md#fetch-sessions).
+Every partition DescribeProducers has answered for is screened from the next poll on
+(`collect.screening`: its high watermark and last stable offset, from a fetch session) and
+asked DescribeProducers again only when its last stable offset is below its high watermark or
+its offsets could not be read; and not even then when the session reports its offsets
+unchanged since the poll that asked it: that answer still holds below the high watermark
+(docs/kafka-semantics.md#fetch-sessions). Screening is exact whatever the producer states a
+partition keeps, and an idle partition costs nothing in its session, where DescribeProducers
+costs bytes per partition and per state: so no partition is left out of it by its count. A
+partition not answered yet, or whose last answer was an error (or left it out), is asked
+directly until it answers, so its errors are DescribeProducers' own.
 
-The first poll after a start knows no counts: it asks each leader DescribeProducers for a
-sample of its partitions, and where the sample holds a crowded one it screens the leader's
-others the same way, asking DescribeProducers only where that leaves it to. A partition it
-found clear stays screened until it is asked (its count is learnt then): an idle one costs
-nothing in the session."""
+The first poll after a start: each leader is asked DescribeProducers for a sample of its
+partitions, which shows whether it answers it at all. Where the sample answered for a
+partition, the leader's others are screened in the same poll, asking DescribeProducers only
+where that leaves it to; where it answered for none (a broker without DescribeProducers, a
+garbage answer, a timeout, every sampled partition an error), they are asked as before."""
 
 from __future__ import annotations
 
@@ -53,16 +56,10 @@ from exporter.settings import ClusterSettings
 
 log = get_logger()
 
-SCREEN_FROM_STATES = 3
-"""Producer states from which a partition is screened. Measured on Kafka 4.0:
-DescribeProducers costs ~9 bytes per partition + ~37 per state; the screen's first read (two
-ListOffsets) ~54, then nothing while the partition is idle and ~40 when it moved."""
-
 FIRST_POLL_SAMPLE_PARTITIONS = 100
 """Partitions per leader the first poll asks DescribeProducers before choosing how to read the
-leader's others (a topic's first partitions, one topic after another): a crowded one among
-them, and the others are screened (at 100 states a sample costs ~370 KB of answer, where
-asking all of 200,000 partitions costs ~740 MB)."""
+leader's others (a topic's first partitions, one topic after another): one answered among
+them, and the others are screened. Its answer grows with the sampled partitions' states."""
 
 ANSWER_BYTES_PER_STATE = 37
 """One producer state in a DescribeProducers v0 answer: id 8, epoch 4, last sequence 4, last
@@ -115,11 +112,14 @@ class ProducerStateReader:
         self._cached_requests: (
             tuple[_ByLeader, int, list[_Request], int, list[tuple[int, TopicPartition]]] | None
         ) = None
-        self._crowded: dict[TopicPartition, int] = {}
-        """Partitions whose last DescribeProducers answer held SCREEN_FROM_STATES or more
-        producer states, with that count (pruned to Metadata when it changes)."""
-        self._crowded_version = 0
-        """Changes with `_crowded`, `_ask_alone` and `_too_large`: built batches are stale."""
+        self._screened: dict[TopicPartition, int] = {}
+        """Partitions screened: answered by DescribeProducers without error at their last
+        answer, with the producer states it held (counted from 2; 0 for fewer, and for a
+        partition the first poll screened before asking it), for batching; pruned to
+        Metadata when it changes."""
+        self._screened_version = 0
+        """Changes with the members of `_screened`, `_ask_alone` and `_too_large`: built
+        batches are stale."""
         self._ask_alone: set[TopicPartition] = set()
         """Partitions of a batch whose answer crossed `max_response_bytes`: asked one per
         request until answered (their counts are learnt then)."""
@@ -131,11 +131,6 @@ class ProducerStateReader:
         self._polls = 0
         self._started = False
         """Whether the first poll (`_screened_start`) was made."""
-        self._uncounted: set[TopicPartition] = set()
-        """Partitions screened since the first poll and never asked DescribeProducers since:
-        their state counts are unknown, so they stay screened until asked (pruned to
-        Metadata). One asked leaves it whatever the answer: as any partition not known to
-        be crowded, it is then asked directly until an answer shows it crowded."""
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
         self._screen = Screen(client)
         self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
@@ -149,8 +144,8 @@ class ProducerStateReader:
         self._cached_requests = None
         self._split_cache = None
 
-    def crowded_partitions(self) -> int:
-        return len(self._crowded)
+    def screened_partitions(self) -> int:
+        return len(self._screened)
 
     async def read(self, meta: MetadataView, state: PollState) -> None:
         self._polls += 1
@@ -160,19 +155,19 @@ class ProducerStateReader:
             for per_topic in meta.by_leader.values()
         ):  # else every partition is in its leader's sample: all asked at once
             retry = await self._screened_start(meta, state)
-        elif not (self._screening and (self._crowded or self._too_large or self._uncounted)):
-            # Today's poll: every partition asked (and learnt from while screening).
-            retry = await self._round(meta.by_leader, state, True, cache=True, relearn=True)
+        elif not (self._screening and (self._screened or self._too_large)):
+            # Nothing screened (yet): every partition asked (and learnt from while screening).
+            retry = await self._round(meta.by_leader, state, True, cache=True)
         else:
             direct, screened = self._split(meta.by_leader, meta.leaders)
             direct_retry, screen = await asyncio.gather(
-                self._round(direct, state, True, cache=True, relearn=False),
+                self._round(direct, state, True, cache=True),
                 self._screen.screen(screened, state),
             )
             flagged = self._reuse_answers(screen.ask, screen.unchanged, state)
             # LSO < HW, or offsets unknown: asked as before (never "no transaction").
             retry = direct_retry + await self._round(
-                flagged, state, True, cache=False, relearn=True, offsets=screen.offsets
+                flagged, state, True, cache=False, offsets=screen.offsets
             )
         if not retry:
             return
@@ -201,16 +196,17 @@ class ProducerStateReader:
         meta.leaders = leaders
         meta.brokers = {**meta.brokers, **fresh.brokers}
         meta.unlisted_leader_topics = None  # walked again, if asked, for the new mappings
-        await self._round(by_leader, state, False, cache=False, relearn=True)
+        await self._round(by_leader, state, False, cache=False)
 
     async def _screened_start(self, meta: MetadataView, state: PollState) -> list[TopicPartition]:
         """The first poll: each leader is asked DescribeProducers for a sample of its
-        partitions (FIRST_POLL_SAMPLE_PARTITIONS) first. Where the sample holds a crowded
+        partitions (FIRST_POLL_SAMPLE_PARTITIONS) first. Where it answered for a sampled
         partition, the leader's other partitions are screened (their fetch session started
         at once, so a topic the principal may not Read answers its error now) and asked only
-        where LSO < HW or the offsets are unknown; elsewhere (few states, or the sample
-        failed: a broker that predates DescribeProducers, a garbage answer, a timeout) they
-        are asked as before, so their verdicts and errors are those of DescribeProducers."""
+        where LSO < HW or the offsets are unknown; where it answered for none (a broker that
+        predates DescribeProducers, a garbage answer, a timeout, an error for every sampled
+        partition) they are asked as before, so their verdicts and errors are those of
+        DescribeProducers."""
         sample: dict[int, dict[str, list[int]]] = {}
         rest: dict[int, dict[str, list[int]]] = {}
         for leader, per_topic in meta.by_leader.items():
@@ -222,31 +218,31 @@ class ProducerStateReader:
             }
             if left:
                 rest[leader] = left
-        retry = await self._round(sample, state, True, cache=False, relearn=True)
-        crowded = self._crowded
+        retry = await self._round(sample, state, True, cache=False)
+        answered = self._screened
         direct: dict[int, dict[str, list[int]]] = {}
         screened: dict[int, dict[str, list[int]]] = {}
         for leader, per_topic in rest.items():
             sampled = sample.get(leader, {})
             if any(
-                TopicPartition(topic, p) in crowded
+                TopicPartition(topic, p) in answered
                 for topic, indexes in sampled.items() for p in indexes
             ):
                 screened[leader] = per_topic
             else:
                 direct[leader] = per_topic
-        self._uncounted = {
-            TopicPartition(topic, p) for per_topic in screened.values()
-            for topic, indexes in per_topic.items() for p in indexes
-        }
-        self._crowded_version += 1
+        for per_topic in screened.values():
+            for topic, indexes in per_topic.items():
+                for p in indexes:
+                    answered.setdefault(TopicPartition(topic, p), 0)
+        self._screened_version += 1
         direct_retry, screen = await asyncio.gather(
-            self._round(direct, state, True, cache=False, relearn=True),
+            self._round(direct, state, True, cache=False),
             self._screen.screen(screened, state, start_session=True),
         )
         retry.extend(direct_retry)
         retry.extend(await self._round(
-            screen.ask, state, True, cache=False, relearn=True, offsets=screen.offsets
+            screen.ask, state, True, cache=False, offsets=screen.offsets
         ))
         return retry
 
@@ -280,37 +276,37 @@ class ProducerStateReader:
     def _split(
         self, by_leader: _ByLeader, leaders: Mapping[TopicPartition, int]
     ) -> tuple[_ByLeader, _ByLeader]:
-        """(partitions asked DescribeProducers directly, crowded partitions to screen), by
-        leader; kept while Metadata and the crowded set are unchanged (same objects, so
-        the direct batches' request cache holds too). A Metadata change forgets the
-        partitions it no longer lists."""
+        """(partitions asked DescribeProducers directly, partitions to screen), by leader;
+        kept while Metadata and the screened set are unchanged (same objects, so the direct
+        batches' request cache holds too). A Metadata change forgets the partitions it no
+        longer lists."""
         cached = self._split_cache
         if (
             cached is not None
             and cached[0] is by_leader
-            and cached[1] == self._crowded_version
+            and cached[1] == self._screened_version
         ):
             return cached[2], cached[3]
         if cached is None or cached[0] is not by_leader:
             self._forget_unlisted(leaders)
-        crowded_by_topic: dict[str, set[int]] = {}
-        for tp in (*self._crowded, *self._too_large, *self._uncounted):
-            crowded_by_topic.setdefault(tp.topic, set()).add(tp.partition)
+        screened_by_topic: dict[str, set[int]] = {}
+        for tp in (*self._screened, *self._too_large):
+            screened_by_topic.setdefault(tp.topic, set()).add(tp.partition)
         direct: dict[int, dict[str, Sequence[int]]] = {}
         screened: dict[int, dict[str, Sequence[int]]] = {}
         for leader, per_topic in by_leader.items():
             for topic, indexes in per_topic.items():
-                crowded = crowded_by_topic.get(topic)
-                if crowded is None:
+                listed = screened_by_topic.get(topic)
+                if listed is None:
                     direct.setdefault(leader, {})[topic] = indexes
                     continue
-                cold = [p for p in indexes if p not in crowded]
-                hot = [p for p in indexes if p in crowded]
-                if cold:
-                    direct.setdefault(leader, {})[topic] = cold
-                if hot:
-                    screened.setdefault(leader, {})[topic] = hot
-        self._split_cache = (by_leader, self._crowded_version, direct, screened)
+                asked = [p for p in indexes if p not in listed]
+                kept = [p for p in indexes if p in listed]
+                if asked:
+                    direct.setdefault(leader, {})[topic] = asked
+                if kept:
+                    screened.setdefault(leader, {})[topic] = kept
+        self._split_cache = (by_leader, self._screened_version, direct, screened)
         return direct, screened
 
     async def _round(
@@ -320,13 +316,12 @@ class ProducerStateReader:
         retry_allowed: bool,
         *,
         cache: bool,
-        relearn: bool,
         offsets: Mapping[TopicPartition, Offsets] | None = None,
     ) -> list[TopicPartition]:
         """`offsets`: the screened partitions' offsets, to remember their answers by."""
         requests, too_large = self._requests(by_leader, cache=cache)
         calls = [
-            self._batch(leader, batch, build, state, retry_allowed, relearn, offsets)
+            self._batch(leader, batch, build, state, retry_allowed, offsets)
             for leader, batch, build in requests
         ]
         for leader, tp in too_large:
@@ -337,7 +332,7 @@ class ProducerStateReader:
             alone: list[tuple[str, Sequence[int]]] = [(tp.topic, [tp.partition])]
             calls.append(self._batch(
                 leader, alone, describe_producers_request(alone), state, retry_allowed,
-                relearn, offsets, apart=True,
+                offsets, apart=True,
             ))
         retry: list[TopicPartition] = []
         for result in await asyncio.gather(*calls):
@@ -355,7 +350,7 @@ class ProducerStateReader:
         answers, at most half of `max_response_bytes` of expected answer."""
         batch_size = max(1, self._settings.describe_producers_batch_size)
         cached = self._cached_requests
-        version = self._crowded_version
+        version = self._screened_version
         if (
             cache and cached is not None and cached[0] is by_leader
             and cached[1] == batch_size and cached[3] == version
@@ -382,16 +377,16 @@ class ProducerStateReader:
         """`batch` split so that no part's expected answer exceeds `budget` bytes; a
         partition that alone would is asked alone, and one whose answer alone crossed
         `max_response_bytes` goes to `too_large`."""
-        crowded = self._crowded
+        counts = self._screened
         alone, refused = self._ask_alone, self._too_large
-        if not (crowded or alone or refused):
+        if not (counts or alone or refused):
             return [batch]
         per_state, per_partition = ANSWER_BYTES_PER_STATE, ANSWER_BYTES_PER_PARTITION
 
         def cost_of(tp: TopicPartition) -> int:
             if tp in alone:
                 return budget
-            return per_partition + per_state * crowded.get(tp, 0)
+            return per_partition + per_state * counts.get(tp, 0)
 
         if not refused:
             expected = sum(
@@ -431,7 +426,6 @@ class ProducerStateReader:
         build: Callable[[BrokerConnection], LeanRequest],
         state: PollState,
         retry_allowed: bool,
-        relearn: bool,
         offsets: Mapping[TopicPartition, Offsets] | None,
         *,
         apart: bool = False,
@@ -439,14 +433,6 @@ class ProducerStateReader:
         """`apart`: one partition whose answer was too large, asked on a connection of its
         own."""
         send = self._client.send_apart if apart else self._client.send
-        if self._uncounted:
-            asked = [
-                tp for topic, indexes in batch for p in indexes
-                if (tp := TopicPartition(topic, p)) in self._uncounted
-            ]
-            if asked:
-                self._uncounted.difference_update(asked)
-                self._crowded_version += 1
         try:
             response = await send(leader, build, _DECODE_DESCRIBE_PRODUCERS)
         except CollectError as exc:
@@ -477,9 +463,9 @@ class ProducerStateReader:
             fits = tp not in answer.missing and all(tp != e for e, _ in answer.errors)
             if fits and self._too_large.pop(tp, None) is not None:
                 # What the oversized answers taught is unlearnt.
-                self._crowded_version += 1
+                self._screened_version += 1
         if self._screening:
-            self._learn(batch, answer, relearn)
+            self._learn(batch, answer)
             if offsets:
                 self._remember(leader, batch, answer, offsets)
         if self._ask_alone:
@@ -489,7 +475,7 @@ class ProducerStateReader:
             ]
             if answered:
                 self._ask_alone.difference_update(answered)
-                self._crowded_version += 1
+                self._screened_version += 1
         retry: list[TopicPartition] = []
         for tp, code in answer.errors:
             err = error_name(code)
@@ -515,20 +501,17 @@ class ProducerStateReader:
 
     def _forget_unlisted(self, leaders: Mapping[TopicPartition, int]) -> None:
         """Drop what is learnt of partitions Metadata no longer lists."""
-        gone = [tp for tp in self._crowded if tp not in leaders]
+        gone = [tp for tp in self._screened if tp not in leaders]
         for tp in gone:
-            del self._crowded[tp]
+            del self._screened[tp]
         dropped = {tp for tp in self._ask_alone if tp not in leaders}
         self._ask_alone.difference_update(dropped)
         gone.extend(dropped)
         for tp in [tp for tp in self._too_large if tp not in leaders]:
             del self._too_large[tp]
             gone.append(tp)
-        unlisted = [tp for tp in self._uncounted if tp not in leaders]
-        self._uncounted.difference_update(unlisted)
-        gone.extend(unlisted)
         if gone:
-            self._crowded_version += 1
+            self._screened_version += 1
 
     def _remember(
         self,
@@ -560,31 +543,29 @@ class ProducerStateReader:
             self._ask_alone.discard(tps[0])
         else:
             self._ask_alone.update(tps)
-        self._crowded_version += 1
+        self._screened_version += 1
 
-    def _learn(
-        self, batch: list[tuple[str, Sequence[int]]], answer: ProducersAnswer, relearn: bool
-    ) -> None:
-        """Remember the crowded partitions of an answer; with `relearn`, forget those of
-        the batch answered (error 0) with fewer states than SCREEN_FROM_STATES."""
-        crowded = self._crowded
-        counts: dict[TopicPartition, int] = {}
-
-        for tp, count in answer.state_counts:
-            if count >= SCREEN_FROM_STATES:
-                counts[tp] = count
-                if tp not in crowded:
-                    self._crowded_version += 1
-                crowded[tp] = count
-        if not relearn or not crowded:
-            return
-        unanswered = {tp for tp, _ in answer.errors} | set(answer.missing)
+    def _learn(self, batch: list[tuple[str, Sequence[int]]], answer: ProducersAnswer) -> None:
+        """The partitions of the batch answered without error are screened from the next
+        poll on, with their state counts; those answered with an error, or left out, are
+        asked directly until they answer (their errors stay DescribeProducers' own)."""
+        screened = self._screened
+        counts = dict(answer.state_counts)
+        unanswered = {tp for tp, _ in answer.errors}
+        unanswered.update(answer.missing)
+        changed = False
         for topic, partitions in batch:
             for p in partitions:
                 tp = TopicPartition(topic, p)
-                if tp in crowded and tp not in counts and tp not in unanswered:
-                    del crowded[tp]
-                    self._crowded_version += 1
+                if tp in unanswered:
+                    if screened.pop(tp, None) is not None:
+                        changed = True
+                    continue
+                if tp not in screened:
+                    changed = True
+                screened[tp] = counts.get(tp, 0)
+        if changed:
+            self._screened_version += 1
 
 
 def _sample(per_topic: Mapping[str, Sequence[int]], size: int) -> dict[str, int]:

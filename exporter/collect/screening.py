@@ -1,9 +1,10 @@
-"""Screening of crowded partitions: a partition's high watermark (HW) and last
-stable offset (LSO) tell whether it holds an open transaction below the HW without
-DescribeProducers, whose answer grows with every producer state the partition keeps
-(idempotent ones included, for `producer.id.expiration.ms`). Kafka's LSO is the first offset
-of the earliest open transaction, capped at the HW: LSO == HW means none below the HW
-(docs/kafka-semantics.md#lso-equals-hw).
+"""Screening: a partition's high watermark (HW) and last stable offset (LSO) tell whether
+it holds an open transaction below the HW without DescribeProducers, whose answer grows with
+every producer state the partition keeps (idempotent ones included, for
+`producer.id.expiration.ms`). Kafka's LSO is the first offset of the earliest open
+transaction, capped at the HW: LSO == HW means none below the HW, whatever the state count
+(docs/kafka-semantics.md#lso-equals-hw). The producer reader screens every partition
+DescribeProducers has answered for (`collect.producers`).
 
 The two offsets come from one incremental fetch session per leader (KIP-227,
 docs/kafka-semantics.md#fetch-sessions): a READ_COMMITTED Fetch at each partition's last
@@ -161,7 +162,7 @@ class Screen:
         return result
 
     def _rescope(self, by_leader: ByLeader) -> None:
-        """The screened partitions changed (Metadata, or the crowded set): a partition no
+        """The screened partitions changed (Metadata, or the screened set): a partition no
         longer screened by the same leader is forgotten there (read afresh where it went)."""
         leaders: dict[int, _Leader] = {}
         for leader, per_topic in by_leader.items():

@@ -62,6 +62,8 @@ class FakeCluster:
     batches: dict[tuple[str, int, int], tuple[int, int, int]] = field(default_factory=dict)
     """(topic, partition, offset) -> (max_timestamp, producer_id, producer_epoch)."""
     offsets: dict[Key, tuple[int, int]] = field(default_factory=dict)  # (high watermark, LSO)
+    """Set for a partition: answered as is; else `log_offsets` derives them from `producers`."""
+    _logs: dict[Key, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     max_timeout_ms: dict[int, int] = field(default_factory=dict)
     cleanup_policies: dict[str, str] = field(default_factory=dict)
     """TOPIC cleanup.policy; a topic not listed answers the broker default, delete."""
@@ -73,6 +75,8 @@ class FakeCluster:
     denied_topics: set[str] = field(default_factory=set)
     endpoints: dict[int, tuple[str, int]] = field(default_factory=dict)
     calls: list[tuple[int, int]] = field(default_factory=list)  # (broker, api_key)
+    record_fetches: int = 0
+    """Fetch requests that allow bytes (start-time reads), not the screening's (max_bytes 0)."""
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     after_metadata: list[Callable[[], None]] = field(default_factory=list)
     unelected_coordinators: set[int] = field(default_factory=set)
@@ -87,6 +91,21 @@ class FakeCluster:
     """Emulate a Fetch byte budget used up by the first partition's batch: later partitions
     of a multi-partition request answer no records (KIP-74 promises only the first one)."""
     """Run once each after answering a Metadata request (e.g. move a leader right after)."""
+
+    def log_offsets(self, key: Key) -> tuple[int, int]:
+        """(high watermark, LSO) as a broker holding `producers` answers them: the table's when
+        set; else the LSO at the earliest open transaction's first batch (the HW when none is
+        open), the HW past every first batch, moving on whenever the open transactions change
+        (a first batch or a marker was written) and never back."""
+        if key in self.offsets:
+            return self.offsets[key]
+        starts = tuple(sorted(x.start_offset for x in self.producers.get(key, ())
+                              if x.start_offset >= 0))
+        hw, seen = self._logs.get(key, (0, ()))
+        if starts != seen:
+            hw = max([hw + 1, *(s + 1 for s in starts)])
+            self._logs[key] = (hw, starts)
+        return hw, (starts[0] if starts else hw)
 
     # -- Dispatcher -------------------------------------------------------------------------
 
@@ -190,6 +209,8 @@ class FakeCluster:
 
     # Fetch (one or more partitions per request: the poller batches per leader)
     def _api_1(self, ctx: RequestContext, request: Any) -> Any:
+        if request.max_bytes > 0:
+            self.record_fetches += 1
         by_id = {v: k for k, v in self.topic_ids.items()}
         P = FetchResponse.FetchableTopicResponse.PartitionData
         responses = []
@@ -215,7 +236,7 @@ class FakeCluster:
                     buf = bytearray(raw)
                     struct.pack_into(">q", buf, 0, partition.fetch_offset)
                     records = bytes(buf)
-                hw, lso = self.offsets.get(key, (0, 0))
+                hw, lso = self.log_offsets(key)
                 partitions.append(
                     P(
                         partition_index=partition.partition,
@@ -254,7 +275,7 @@ class FakeCluster:
                             partition_index=p.partition_index,
                             error_code=0,
                             timestamp=-1,
-                            offset=self.offsets.get((t.name, p.partition_index), (0, 0))[
+                            offset=self.log_offsets((t.name, p.partition_index))[
                                 request.isolation_level
                             ],
                             leader_epoch=0,

@@ -61,7 +61,7 @@ MakeEnv = Callable[..., Env]
 def make_env() -> Iterator[MakeEnv]:
     made: list[Env] = []
 
-    def make(fake: FakeCluster, **overrides: object) -> Env:
+    def make(fake: FakeCluster, screening: bool = True, **overrides: object) -> Env:
         sim = SimCluster(node_ids=fake.node_ids, dispatcher=fake).start()
         kwargs: dict[str, object] = {"request_timeout_seconds": 2.0}
         kwargs.update(overrides)
@@ -70,7 +70,8 @@ def make_env() -> Iterator[MakeEnv]:
             bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
             **kwargs,  # type: ignore[arg-type]
         )
-        env = Env(sim, fake, ClusterObserver(settings), settings)
+        env = Env(sim, fake, ClusterObserver(settings, screen_crowded_partitions=screening),
+                  settings)
         made.append(env)
         return env
 
@@ -238,13 +239,13 @@ def test_start_time_read_once_and_forgotten_when_closed(make_env: MakeEnv) -> No
     env = make_env(fake)
     env.poll()
     env.poll()
-    assert sum(1 for _, k in fake.calls if k == FETCH) == 1
+    assert fake.record_fetches == 1  # the screening's Fetch sessions read no record
     env.sim.call(fake.producers.clear)
     assert env.poll().open_transactions == ()
     # Reopened with the same key: read again (cache was evicted when it closed).
     env.sim.call(hanging_on_t0, fake, MINUTE_MS)
     env.poll()
-    assert sum(1 for _, k in fake.calls if k == FETCH) == 2
+    assert fake.record_fetches == 2
 
 
 def _three_open_on_leader_1(fake: FakeCluster) -> dict[int, int]:
@@ -346,6 +347,9 @@ def test_broker_down_unmapped_producer_is_unknown_not_hanging(make_env: MakeEnv)
 
 def test_slow_broker_is_down_not_zero(make_env: MakeEnv) -> None:
     fake = three_brokers()
+    # An open transaction on t-2: its screening leaves it to DescribeProducers (LSO < HW).
+    fake.producers[("t", 2)] = [Producer(7, 0, last_timestamp=now_ms(), start_offset=5)]
+    fake.batches[("t", 2, 5)] = (now_ms(), 7, 0)
     env = make_env(fake, request_timeout_seconds=0.3)
     env.poll()  # connections made, versions negotiated
     env.sim.set_latency(1500, broker_id=3, api_key=DESCRIBE_PRODUCERS)
@@ -502,8 +506,9 @@ def test_describe_producers_requests_are_reused_while_metadata_is_unchanged(
 ) -> None:
     fake = three_brokers()
     # Metadata every poll: the poll right after the move reads the changed answer (with the
-    # default age the old leader's NOT_LEADER_OR_FOLLOWER would first ask it again).
-    env = make_env(fake, metadata_max_age_seconds=0.0)
+    # default age the old leader's NOT_LEADER_OR_FOLLOWER would first ask it again). Every
+    # partition asked every poll (the screened poll asks them directly only until they answer).
+    env = make_env(fake, screening=False, metadata_max_age_seconds=0.0)
     env.poll()
     first = env.poller.poller._producers._cached_requests
     env.poll()

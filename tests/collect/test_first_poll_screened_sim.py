@@ -1,7 +1,8 @@
 """The first poll after a start is screened: each leader is asked DescribeProducers for a
-sample of its partitions, and where the sample holds a crowded partition the leader's other
+sample of its partitions, and where the sample answered for a partition the leader's other
 partitions are read by their offsets first (ListOffsets, then the fetch session at once) and
-asked DescribeProducers only where LSO < HW. What it reports is what the full poll reports.
+asked DescribeProducers only where LSO < HW; where it failed, all of them are asked as before.
+What it reports is what the full poll reports.
 
 Also what the screening cannot skip: a partition whose LSO stands still while its high
 watermark moves may hold a second producer's new transaction above the first one
@@ -93,25 +94,64 @@ def test_first_poll_asks_describe_producers_only_where_lso_is_below_hw(
                 17, Classification.HANGING)
             counts.clear()
             second = p.poll()
-            # The crowded topic's partitions found clear stay screened: none asked, nor the
-            # two whose offsets stood still since they were asked (a sampled partition with
-            # few states, of another topic, is asked as every such partition is).
+            # The partitions found clear stay screened: none asked, nor the two whose
+            # offsets stood still since they were asked.
             assert {k for k in counts if k[0] == HOT} <= {(HOT, 17), (HOT, 9)}
             assert open_keys(second) == open_keys(first)
     finally:
         txn.abort()
 
 
-def test_first_poll_of_a_leader_whose_sample_holds_no_crowded_partition_asks_all(
+def test_first_poll_screens_a_leader_without_producer_states_past_its_sample(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """No producer state anywhere: each leader's sample answers, so its other partitions are
+    screened (clear) and not asked; the second poll asks none."""
     monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
     with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
         counts = describe_producers_asked(monkeypatch)
         with poller(sim) as p:
             obs = p.poll()
-        assert set(counts) == {("few", i) for i in range(12)}
-        assert obs.unobserved == {} and obs.open_transactions == ()
+            assert len(counts) == SAMPLE * 2
+            assert obs.unobserved == {} and obs.open_transactions == ()
+            counts.clear()
+            obs = p.poll()
+            assert not counts
+            assert obs.unobserved == {} and obs.open_transactions == ()
+
+
+def test_first_poll_of_a_leader_whose_sample_failed_asks_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader whose sample's answer is garbage gives its partitions DescribeProducers'
+    own verdicts: the sampled ones unobserved with the error, the others asked as before (and
+    their open transactions found); the other leader's partitions past its sample screened."""
+    monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
+    with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        leaders = sim.call(lambda: {p: sim.state.partition("few", p).leader_id
+                                    for p in range(12)})
+        bad = leaders[0]
+        led = {("few", p) for p, b in leaders.items() if b == bad}
+        txn = open_transaction(sim.bootstrap_servers, "behind-bad", "few",
+                               sorted(p for _, p in led), now_ms=sim.clock.now_ms)
+        try:
+            sim.fail_next_responses("malformed", broker_id=bad, api_key=61, count=1)
+            counts = describe_producers_asked(monkeypatch)
+            with poller(sim) as p:
+                obs = p.poll()
+            asked_bad = {(t, i) for t, i in counts if t == "few" and leaders[i] == bad}
+            asked_good = {(t, i) for t, i in counts if t == "few" and leaders[i] != bad}
+            assert asked_bad == led
+            assert 1 <= len(asked_good) <= SAMPLE  # its sample (which may take another topic)
+            assert obs.unobserved  # the sampled ones: the garbage answer's
+            assert {obs.leaders[tp] for tp in obs.unobserved} == {bad}
+            assert len(obs.unobserved) <= SAMPLE
+            unobserved = {(tp.topic, tp.partition) for tp in obs.unobserved}
+            found = {(t.topic, t.partition) for t in obs.open_transactions}
+            assert found == led - unobserved and found
+        finally:
+            sim.clear_faults()
+            txn.abort()
 
 
 def test_moved_partition_whose_lso_stood_still_is_asked_again(

@@ -1,5 +1,5 @@
 """Differential test of the screened poll: the full poll (DescribeProducers for
-every partition, every poll) and the screened one (crowded partitions screened through fetch
+every partition, every poll) and the screened one (every answered partition screened through fetch
 sessions, asked DescribeProducers only where LSO < HW and moved since last asked) poll the
 same cluster at the same instants through 30 simulated minutes of churn (commits, aborts,
 abandoned producers, fenced ids, moving leaders and coordinators, markers held back, a
@@ -84,19 +84,19 @@ def test_screened_poll_equals_full_poll_through_churn() -> None:
     rng = random.Random(2028)
     config = {**CAPTURE_BROKER_CONFIG, "producer.id.expiration.ms": str(EXPIRATION_MS)}
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    crowded_seen: list[int] = []
+    screened_seen: list[int] = []
     faults: Counter[str] = Counter()
     with SimCluster(brokers=3, topics={TOPIC: PARTITIONS, COLD_TOPIC: PARTITIONS},
                     broker_config=config) as sim:
         # Time moves only when the test moves it: both polls of a pair see the same instant.
         sim.call(setattr, sim.state, "clock", ManualClock(sim.clock.now_ms()))
         with two_pollers(sim) as (full, screened, settings):
-            run(sim, rng, full, screened, settings, pairs, crowded_seen, faults)
+            run(sim, rng, full, screened, settings, pairs, screened_seen, faults)
 
     for i, (want, got) in enumerate(pairs):
         assert got == want, f"poll {i}"
-    # Not vacuous: crowded partitions were screened, transactions and an orphan were seen.
-    assert max(crowded_seen) >= PARTITIONS, crowded_seen
+    # Not vacuous: partitions were screened, transactions and an orphan were seen.
+    assert max(screened_seen) >= PARTITIONS, screened_seen
     assert any(w["open"] for w, _ in pairs)
     assert any(w["orphaned"] for w, _ in pairs)
     assert sum(1 for w, _ in pairs if w["open"]) >= POLLS // 3
@@ -105,7 +105,7 @@ def test_screened_poll_equals_full_poll_through_churn() -> None:
 
 def run(sim: SimCluster, rng: random.Random, full: ClusterObserver, screened: ClusterObserver,
         settings: Any, pairs: list[tuple[dict[str, Any], dict[str, Any]]],
-        crowded_seen: list[int], faults: Counter[str]) -> None:
+        screened_seen: list[int], faults: Counter[str]) -> None:
     now = sim.clock.now_ms()
     layout = [(t, p) for t in (TOPIC, COLD_TOPIC) for p in range(PARTITIONS)]
     for (topic, p), n in skewed_state_counts(layout, 20, hot_fraction=0.5,
@@ -148,7 +148,7 @@ def run(sim: SimCluster, rng: random.Random, full: ClusterObserver, screened: Cl
                 b = screened.poll()
             pairs.append((fingerprint(a, analyze(a, settings)),
                           fingerprint(b, analyze(b, settings))))
-            crowded_seen.append(screened.poller._producers.crowded_partitions())
+            screened_seen.append(screened.poller._producers.screened_partitions())
     finally:
         churn.stop.set()
         worker.join(30)

@@ -1,8 +1,8 @@
-"""Crowded partitions are screened: a partition whose last DescribeProducers
-answer held many producer states is read with the two ListOffsets once, then through a fetch
-session, and asked DescribeProducers again only when its last stable offset is below its high
-watermark (and moved since it was last asked) or its offsets cannot be read; what the poll
-reports stays what the full poll reports."""
+"""Every partition is screened once DescribeProducers has answered for it, whatever producer
+states it keeps: it is read with the two ListOffsets once, then through a fetch session, and
+asked DescribeProducers again only when its last stable offset is below its high watermark
+(and moved since it was last asked) or its offsets cannot be read; what the poll reports stays
+what the full poll reports."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from screening_probes import describe_producers_asked
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
 from exporter.collect import screening
-from exporter.collect.producers import SCREEN_FROM_STATES, TOO_LARGE_RETRY_MAX_POLLS
+from exporter.collect.producers import TOO_LARGE_RETRY_MAX_POLLS
 from exporter.model import TopicPartition
 from exporter.observe import ClusterObserver
 
@@ -67,18 +67,17 @@ def open_keys(obs: Any) -> set[tuple[str, int, int]]:
     return {(t.topic, t.partition, t.producer_id) for t in obs.open_transactions}
 
 
-def test_crowded_partitions_screened_and_their_open_transaction_found(
+def test_every_answered_partition_screened_and_an_open_transaction_found(
     sim: SimCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert STATES >= SCREEN_FROM_STATES
     with asked(monkeypatch) as counts, poller(sim) as p:
-        first = p.poll()  # learns the counts: every partition asked
+        first = p.poll()  # a small cluster: every partition is in its leader's sample
         assert set(counts) == {(t, i) for t in (HOT, COLD) for i in range(PARTITIONS)}
         assert not first.unobserved and not first.open_transactions
         counts.clear()
         second = p.poll()
         assert not second.unobserved and not second.open_transactions
-        assert set(counts) == {(COLD, i) for i in range(PARTITIONS)}  # hot ones screened
+        assert not counts  # the crowded ones and those without a state alike screened
         txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [3],
                                now_ms=sim.clock.now_ms)
         try:
@@ -107,26 +106,26 @@ def session_answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[set[tuple[
     yield answers
 
 
-def test_idle_crowded_partitions_cost_nothing_once_the_session_holds_them(
+def test_idle_partitions_cost_nothing_once_the_session_holds_them(
     sim: SimCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After the first reads, an idle crowded partition is in no answer at all; one that was
-    written is in its leader's answer once; one with an open transaction is asked
-    DescribeProducers when it moved, and its answer reused while it stands still."""
-    hot = {(HOT, i) for i in range(PARTITIONS)}
+    """After the first reads, an idle partition (crowded or without a state) is in no answer
+    at all; one that was written is in its leader's answer once; one with an open transaction
+    is asked DescribeProducers when it moved, and its answer reused while it stands still."""
+    every = {(t, i) for t in (HOT, COLD) for i in range(PARTITIONS)}
     with asked(monkeypatch) as counts, session_answers(monkeypatch) as answers, \
             poller(sim) as p:
         p.poll()  # learns the counts
-        p.poll()  # hot partitions read with ListOffsets
+        p.poll()  # every partition read with ListOffsets
         answers.clear()
         p.poll()  # the sessions start: full answers
-        assert set().union(*answers) == hot
+        assert set().union(*answers) == every
         for _ in range(3):
             answers.clear()
             counts.clear()
             obs = p.poll()
             assert answers and not set().union(*answers)  # every session answer empty
-            assert not {(t, i) for t, i in counts if t == HOT}
+            assert not counts
             assert not obs.unobserved and not obs.open_transactions
         txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [3],
                                now_ms=sim.clock.now_ms)
@@ -135,14 +134,14 @@ def test_idle_crowded_partitions_cost_nothing_once_the_session_holds_them(
             counts.clear()
             obs = p.poll()
             assert set().union(*answers) == {(HOT, 3)}
-            assert {(t, i) for t, i in counts if t == HOT} == {(HOT, 3)}
+            assert set(counts) == {(HOT, 3)}
             assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 3)}
             for _ in range(2):  # it stands still: not asked, still reported
                 answers.clear()
                 counts.clear()
                 again = p.poll()
                 assert not set().union(*answers)
-                assert not {(t, i) for t, i in counts if t == HOT}
+                assert not counts
                 assert open_keys(again) == open_keys(obs)
         finally:
             txn.abort()
@@ -192,25 +191,69 @@ def test_failed_list_offsets_falls_back_to_describe_producers(
             txn.abort()
 
 
-def test_a_crowded_partition_asked_with_few_states_left_is_asked_directly_again(
+def test_a_partition_whose_states_expired_stays_screened(
     sim: SimCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Producer states expire (producer.id.expiration.ms): when a screened partition is
-    asked again and holds few states, it is asked directly from then on."""
+    """Producer states expire (producer.id.expiration.ms): a screened partition asked again
+    with one state left stays screened; its open transaction is found, and its answer
+    reused while it stands still."""
     with asked(monkeypatch) as counts, poller(sim) as p:
         p.poll()
-        assert p.poller._producers.crowded_partitions() == PARTITIONS
+        assert p.poller._producers.screened_partitions() == 2 * PARTITIONS
         sim.call(lambda: sim.state.log_of(sim.state.partition(HOT, 2)).producers.clear())
         txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [2],
                                now_ms=sim.clock.now_ms)
         try:
-            p.poll()  # LSO < HW: asked, one state left
-            assert p.poller._producers.crowded_partitions() == PARTITIONS - 1
-            counts.clear()
-            obs = p.poll()
-            assert {(t, i) for t, i in counts if t == HOT} == {(HOT, 2)}
-            assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 2)}
+            seen = []
+            for _ in range(4):  # ListOffsets, then the session: asked while it is news
+                counts.clear()
+                obs = p.poll()
+                seen.append((HOT, 2) in counts)
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 2)}
+                assert not obs.unobserved
+                assert p.poller._producers.screened_partitions() == 2 * PARTITIONS
+            assert seen[0] and not seen[-1], seen
+            assert not {(t, i) for t, i in counts if (t, i) != (HOT, 2)}
         finally:
+            txn.abort()
+
+
+def test_a_partition_answered_with_an_error_is_asked_directly_until_it_answers(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A screened partition whose DescribeProducers answer is an error (here READ revoked for
+    one answer) is unobserved with that error, then asked directly, not screened, until it
+    answers: its errors are DescribeProducers' own, never a clear read of its offsets."""
+    with asked(monkeypatch) as counts, poller(sim) as p:
+        for _ in range(3):  # learn, ListOffsets, the sessions start
+            p.poll()
+        txn = open_transaction(sim.bootstrap_servers, "in-hot", HOT, [5],
+                               now_ms=sim.clock.now_ms)
+        leader = sim.call(lambda: sim.state.partition(HOT, 5).leader_id)
+        sim.inject_error(DESCRIBE_PRODUCERS, 29, broker_id=leader, topic=HOT, partition=5,
+                         count=1)
+        try:
+            counts.clear()
+            obs = p.poll()  # LSO < HW: asked, TOPIC_AUTHORIZATION_FAILED
+            assert (HOT, 5) in counts
+            assert obs.unobserved == {TopicPartition(HOT, 5): "TOPIC_AUTHORIZATION_FAILED"}
+            assert p.poller._producers.screened_partitions() == 2 * PARTITIONS - 1
+            counts.clear()
+            obs = p.poll()  # asked directly: it answers, and is screened again
+            assert set(counts) == {(HOT, 5)}
+            assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 5)}
+            assert not obs.unobserved
+            assert p.poller._producers.screened_partitions() == 2 * PARTITIONS
+            for _ in range(4):
+                counts.clear()
+                obs = p.poll()
+                assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 5)}
+                assert not obs.unobserved
+                if not counts:
+                    break
+            assert not counts  # standing still: its answer reused
+        finally:
+            sim.call(sim.state.clear_errors)
             txn.abort()
 
 

@@ -1,7 +1,7 @@
 """Fetch sessions (KIP-227) on a real broker and on the simulator: the same script, the same
 answers (docs/kafka-semantics.md#fetch-sessions).
 
-The script is what an exporter screening crowded partitions does: one full READ_COMMITTED Fetch
+The script is what the exporter screening its partitions does: one full READ_COMMITTED Fetch
 (max_wait_ms 0, min_bytes 0, partition_max_bytes 0) that opens a session at each partition's
 high watermark, then incremental Fetches that name only the partitions whose fetch offset moved;
 between them it writes (idempotent, transactional, an open transaction) and checks the session

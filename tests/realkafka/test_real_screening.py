@@ -1,4 +1,4 @@
-"""Screening of crowded partitions on a real broker: Kafka's last stable offset
+"""Screening on a real broker: Kafka's last stable offset
 equals the high watermark on a partition with idempotent producer states only, and falls below
 it when a transaction is open there (docs/kafka-semantics.md#lso-equals-hw), so the screened
 poll asks DescribeProducers only for that partition and finds what the full poll finds. The
@@ -26,11 +26,13 @@ from screening_probes import describe_producers_asked
 from waits import wait_for
 
 from exporter.collect import producers, screening
-from exporter.collect.producers import SCREEN_FROM_STATES
 from exporter.model import Classification
 from exporter.observe import ClusterObserver
 
 PARTITIONS = 3
+STATES = 4
+"""Producer states seeded per partition (short-lived idempotent producers): a crowded topic,
+though every partition is screened whatever its states."""
 
 
 def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction(
@@ -38,7 +40,7 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
 ) -> None:
     topic = create_topic(real_kafka, unique("crowded"), partitions=PARTITIONS)
     for p in range(PARTITIONS):
-        for _ in range(SCREEN_FROM_STATES + 1):  # short-lived idempotent producers
+        for _ in range(STATES):  # short-lived idempotent producers
             idempotent_write(real_kafka.bootstrap, topic, p)
     asked = describe_producers_asked(monkeypatch)
     answers: list[tuple[int, set[int]]] = []  # (session id, partitions of the topic)
@@ -128,7 +130,7 @@ def test_a_contradicting_session_answer_starts_a_new_session_in_the_same_poll(
     transaction is found in that poll, and the new session serves the next one."""
     topic = create_topic(real_kafka, unique("contra"), partitions=PARTITIONS)
     for p in range(PARTITIONS):
-        for _ in range(SCREEN_FROM_STATES + 1):
+        for _ in range(STATES):
             idempotent_write(real_kafka.bootstrap, topic, p)
     asked = describe_producers_asked(monkeypatch)
     answers: list[tuple[int, int, set[int]]] = []  # (session id, error, topic's partitions)
@@ -189,13 +191,13 @@ def test_first_poll_screened_still_finds_a_hanging_and_a_late_transaction(
     real_kafka: RealKafkaCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first poll after a start asks DescribeProducers for a sample of each leader's
-    partitions; where the sample is crowded it reads the others' offsets first and asks only
+    partitions; where the sample answered it reads the others' offsets first and asks only
     where LSO < HW. A hanging transaction and a late one (its coordinator still holds it)
     on such partitions are found by that first poll, as the full poll finds them."""
     partitions = 6
     topic = create_topic(real_kafka, unique("first-poll"), partitions=partitions)
     for p in range(partitions):
-        for _ in range(SCREEN_FROM_STATES + 1):  # short-lived idempotent producers
+        for _ in range(STATES):  # short-lived idempotent producers
             idempotent_write(real_kafka.bootstrap, topic, p)
     producer_id, _, _ = hanging_transaction(
         real_kafka.bootstrap, unique("first-hang"), topic, 3, backdate_ms=LATE_BACKDATE_MS
@@ -212,7 +214,7 @@ def test_first_poll_screened_still_finds_a_hanging_and_a_late_transaction(
             reference = full.poll()
         finally:
             full.close()
-        # One partition of every topic in the leader's sample: this topic's one is crowded.
+        # One partition of every topic in the leader's sample.
         topics = {tp.topic for tp in reference.leaders}
         monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", len(topics))
         asked = describe_producers_asked(monkeypatch)
