@@ -22,7 +22,6 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.record.memory_records import MemoryRecords
 
@@ -41,12 +40,8 @@ from exporter.collect.fastdecode import Decoder, LeanMetadataResponse, lean, met
 from exporter.collect.fastencode import (
     DESCRIBE_PRODUCERS,
     DESCRIBE_PRODUCERS_VERSIONS,
-    LIST_OFFSETS,
-    LIST_OFFSETS_FIRST_FLEXIBLE,
-    LIST_OFFSETS_VERSIONS,
     LeanRequest,
     encode_describe_producers,
-    encode_list_offsets,
 )
 from exporter.collect.sasl.logins import make_login
 from exporter.model import FinalizedFeatures, TopicPartition
@@ -54,7 +49,6 @@ from exporter.settings import ClusterSettings
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-LATEST_OFFSET = -1
 FETCH_MAX_BYTES = 1024
 _ZERO_UUID = uuid.UUID(int=0)
 
@@ -462,43 +456,6 @@ def describe_producers_request(
         )
 
     return build
-
-
-def list_offsets_request(
-    partitions: dict[str, list[int]], isolation_level: int
-) -> Callable[[BrokerConnection], LeanRequest]:
-    """Latest offset per partition: READ_UNCOMMITTED gives the high watermark, READ_COMMITTED
-    the last stable offset (reference: LastStableOffsetLag from outside the broker). Written by
-    `fastencode` (kafka-python's bytes)."""
-
-    def build(connection: BrokerConnection) -> LeanRequest:
-        # isolation_level exists from v2; an older answer would silently be the high watermark.
-        version = connection.version_for(
-            ListOffsetsRequest, max_version=LIST_OFFSETS_VERSIONS[-1]
-        )
-        if version < 2:
-            raise UnsupportedApiForLag("ListOffsets v2+ needed for isolation_level")
-        return LeanRequest(
-            api_key=LIST_OFFSETS,
-            version=version,
-            flexible=version >= LIST_OFFSETS_FIRST_FLEXIBLE,
-            name=ListOffsetsRequest.name,
-            response_class=ListOffsetsResponse,
-            encode_body=functools.partial(
-                encode_list_offsets,
-                version,
-                -1,  # replica id: a consumer
-                isolation_level,
-                partitions.items(),
-                LATEST_OFFSET,
-            ),
-        )
-
-    return build
-
-
-class UnsupportedApiForLag(CollectError):
-    kind = "UNSUPPORTED_VERSION"
 
 
 def fetch_request(

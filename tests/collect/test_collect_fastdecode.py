@@ -20,6 +20,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 
+from exporter.collect.apis.list_offsets import parse_list_offsets
 from exporter.collect.client import ClusterClient, first_batch_header, parse_metadata
 from exporter.collect.fastdecode import (
     LeanFetchResponse,
@@ -32,7 +33,7 @@ from exporter.collect.fastdecode import (
     lean,
     metadata_identity,
 )
-from exporter.collect.parse import parse_describe_producers, parse_list_offsets
+from exporter.collect.parse import parse_describe_producers
 from exporter.collect.shapes import ShapeError
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings

@@ -589,6 +589,7 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
         describe_transactions,
         find_coordinator,
         list_groups,
+        list_offsets,
         list_transactions,
         offset_fetch,
     )
@@ -624,9 +625,11 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
         ("OffsetFetch", lambda: offset_fetch.offset_fetch_request(
             ["grp-rc", "grp-ru", "grp-lagging"], [("grp-test", [0])])(neg)),
         ("ListOffsets read_uncommitted",
-         lambda: c.list_offsets_request({"hang-test": [0], "txn-open": [0, 1, 2]}, 0)(neg)),
+         lambda: list_offsets.list_offsets_request(
+             {"hang-test": [0], "txn-open": [0, 1, 2]}, 0)(neg)),
         ("ListOffsets read_committed",
-         lambda: c.list_offsets_request({"hang-test": [0], "txn-open": [0, 1, 2]}, 1)(neg)),
+         lambda: list_offsets.list_offsets_request(
+             {"hang-test": [0], "txn-open": [0, 1, 2]}, 1)(neg)),
         ("Fetch", lambda: c.fetch_request(
             "hang-test", uuid.UUID(ids["hang-test"]) if "hang-test" in ids else None, 0, 0
         )(neg)),
