@@ -1,11 +1,11 @@
 """One driver for the admin APIs, one handler per API (the shape of Kafka's own admin client).
 
 A `Handler` knows one Kafka API: its request for a set of keys (transactional ids, group ids,
-broker ids), how to read an answer and what the answer means for each key. A `Strategy` knows
-which broker to ask about each key: every broker (`EveryBroker`), whichever is up
-(`AnyBroker`), the coordinator of the key (`CoordinatorStrategy`, itself a FindCoordinator
-run on the driver), or the leader of a partition (`PartitionLeaderStrategy`, from the poll's
-Metadata). The `Driver` owns what each API used to write again:
+broker ids, partitions), how to read an answer and what the answer means for each key. A
+`Strategy` knows which broker to ask about each key: every broker (`EveryBroker`), whichever
+is up (`AnyBroker`), the coordinator of the key (`CoordinatorStrategy`, itself a
+FindCoordinator run on the driver), or the leader of a partition (`PartitionLeaderStrategy`,
+from the poll's Metadata). The `Driver` owns what each API used to write again:
 
 - fan-out: every broker's requests at once, each broker's batches at once;
 - retry: keys a handler gives back are asked again after `RETRY_DELAY_SECONDS`, up to the
@@ -304,7 +304,6 @@ class CoordinatorStrategy(Generic[K]):
     def forget(self, keys: Collection[K]) -> None:
         for key in keys:
             self.coordinators.pop(key, None)
-
 
 
 class PartitionLeaderStrategy:
