@@ -21,7 +21,8 @@ from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from exporter.collect.apis.list_offsets import parse_list_offsets
-from exporter.collect.client import ClusterClient, first_batch_header, parse_metadata
+from exporter.collect.apis.metadata import parse_metadata
+from exporter.collect.client import ClusterClient, first_batch_header
 from exporter.collect.fastdecode import (
     LeanFetchResponse,
     decode_describe_producers,

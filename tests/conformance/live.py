@@ -591,6 +591,7 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
         list_groups,
         list_offsets,
         list_transactions,
+        metadata,
         offset_fetch,
     )
     from exporter.collect.failures import UnsupportedApi
@@ -600,7 +601,8 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
     ids = side.txn.facts.sim_topic_ids
     topics = list(TXN_TOPICS)
     builders: list[tuple[str, Callable[[], Any]]] = [
-        ("Metadata", lambda: c.build_metadata_request(topics, neg.version_for(MetadataRequest))),
+        ("Metadata", lambda: metadata.build_metadata_request(
+            topics, neg.version_for(MetadataRequest))),
         ("DescribeCluster", lambda: describe_cluster.describe_cluster_request()(neg)),
         ("DescribeProducers", lambda: c.describe_producers_request(
             [("hang-test", [0, 1, 2]), ("txn-open", [0, 1, 2])])(neg)),
