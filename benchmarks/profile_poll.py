@@ -64,12 +64,11 @@ class _GcMeter:
 def _metadata_breakdown(bootstrap: str) -> dict[str, Any]:
     from kafka.protocol.metadata import MetadataRequest
 
+    from exporter.collect.apis.metadata import build_metadata_request, parse_metadata
     from exporter.collect.client import (
         ClusterClient,
         batch_partitions,
-        build_metadata_request,
         describe_producers_request,
-        parse_metadata,
     )
     from exporter.settings import ClusterSettings
 
@@ -136,7 +135,7 @@ def _lean_decode_seconds(metadata: bytes, version: int, producers: list[bytes]) 
         from exporter.collect.fastdecode import decode_describe_producers, decode_metadata
     except ImportError:
         return {}
-    from exporter.collect.client import parse_metadata
+    from exporter.collect.apis.metadata import parse_metadata
 
     t = time.thread_time()
     lean = decode_metadata(metadata, version)

@@ -13,16 +13,16 @@ from typing import Any
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from exporter.abort.decide import WRITE_TXN_MARKERS_VERSION, marker_coordinator_epoch
+from exporter.collect.apis.list_offsets import list_offsets_request, parse_list_offsets
 from exporter.collect.client import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     ClusterClient,
     describe_producers_request,
-    list_offsets_request,
 )
 from exporter.collect.connection import BrokerConnection, CollectError
 from exporter.collect.errors import TOPIC_AUTHORIZATION_FAILED, error_name
-from exporter.collect.parse import parse_describe_producers, parse_list_offsets
+from exporter.collect.parse import parse_describe_producers
 from exporter.model import ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
 

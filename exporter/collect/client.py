@@ -1,5 +1,7 @@
-"""Cluster client: broker ids -> connections, Metadata, and the request builders/parsers of
-the APIs not yet in `collect.apis` (one module per API on `collect.driver`).
+"""Cluster client: broker ids -> connections, Metadata asked of the first broker that answers
+(its request and parse in `collect.apis.metadata`; the last full answer's parse kept here),
+and the request builders/parsers of the APIs not yet in `collect.apis` (one module per API
+on `collect.driver`).
 
 Each function here does one Kafka API against one broker and returns plain data with per-item
 error codes kept (never raised), because one bad partition or id must not discard a whole
@@ -10,22 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import struct
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from itertools import repeat
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.consumer.fetch import FetchRequest
-from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import MetadataRequest
 from kafka.record.memory_records import MemoryRecords
 
+# MetadataView is what `ClusterClient.metadata` answers: its readers import it from here.
+from exporter.collect.apis.metadata import MetadataView as MetadataView
+from exporter.collect.apis.metadata import build_metadata_request, decode_metadata
 from exporter.collect.connection import (
     AuthenticationFailed,
     BrokerConnection,
@@ -37,48 +38,21 @@ from exporter.collect.connection import (
     build_ssl_context,
     parse_bootstrap,
 )
-from exporter.collect.fastdecode import Decoder, LeanMetadataResponse, lean, metadata_identity
+from exporter.collect.fastdecode import Decoder, metadata_identity
 from exporter.collect.fastencode import (
     DESCRIBE_PRODUCERS,
     DESCRIBE_PRODUCERS_VERSIONS,
-    LIST_OFFSETS,
-    LIST_OFFSETS_FIRST_FLEXIBLE,
-    LIST_OFFSETS_VERSIONS,
     LeanRequest,
     encode_describe_producers,
-    encode_list_offsets,
 )
 from exporter.collect.sasl.logins import make_login
-from exporter.model import FinalizedFeatures, TopicPartition
+from exporter.model import FinalizedFeatures
 from exporter.settings import ClusterSettings
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-LATEST_OFFSET = -1
 FETCH_MAX_BYTES = 1024
 _ZERO_UUID = uuid.UUID(int=0)
-
-
-@dataclass(slots=True)
-class MetadataView:
-    """What Metadata said: brokers, the leader of each partition, topic ids.
-
-    Its mappings may be shared with the client's parse of the previous answer and with the
-    observations built from it (read-only types, so mypy catches a write): a poll that must
-    change one (NOT_LEADER_OR_FOLLOWER re-routing) puts a new mapping on its own view."""
-
-    brokers: Mapping[int, tuple[str, int]]
-    leaders: Mapping[TopicPartition, int]
-    by_leader: Mapping[int, Mapping[str, Sequence[int]]]
-    """leader id -> topic -> partition indexes (grouped for batching)."""
-    topic_ids: Mapping[str, uuid.UUID]
-    leaderless: Mapping[TopicPartition, str] = field(default_factory=dict)
-    replica_ids: AbstractSet[int] = field(default_factory=frozenset)
-    """Every broker named as a replica: a dead broker leaves `brokers` but stays here."""
-    unlisted_leader_topics: AbstractSet[str] | None = None
-    """Topics with a partition led by a broker `brokers` does not list, found while parsing
-    (once per Metadata answer, not once per poll and reader: a walk over every partition);
-    None: not known for this view's mappings (`collect.groups.unlisted_leader` walks then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +192,7 @@ class ClusterClient:
                 connection = await self.pool.get(host, port)
                 version = connection.version_for(MetadataRequest)
                 request = build_metadata_request(topics, version)
-                decode = self._decode_full_metadata if topics is None else _decode_metadata
+                decode = self._decode_full_metadata if topics is None else decode_metadata
                 view: MetadataView = await connection.request(
                     request, self.timeout_seconds, decode
                 )
@@ -251,7 +225,7 @@ class ClusterClient:
         cached = None
         for forget in self._on_metadata_change:
             forget()
-        view = _decode_metadata(payload, version)
+        view = decode_metadata(payload, version)
         self._last_full_metadata = (version, identity, view)
         return _share_view(view)
 
@@ -282,132 +256,12 @@ def _telling(error: CollectError) -> int:
     return 1 if isinstance(error, RequestTimeout) else 2
 
 
-_decode_metadata_response = lean(MetadataResponse)
-
-
-def _decode_metadata(payload: bytes, version: int) -> MetadataView:
-    """Decode and parse with the cyclic GC paused: at 200k partitions this allocates ~200k
-    TopicPartition keys (no cycles among them), and every 700 allocations would otherwise
-    start a collection over a heap that grows as they pile up (~25% of the parse's CPU)."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        return parse_metadata(_decode_metadata_response(payload, version))
-    finally:
-        if paused:
-            gc.enable()
-
-
 def _share_view(view: MetadataView) -> MetadataView:
     """A view of its own for one poll, sharing the (read-only) mappings of `view`: a poll
     that re-routes replaces a mapping on its view, never writes into the shared one."""
     return MetadataView(
         view.brokers, view.leaders, view.by_leader, view.topic_ids, view.leaderless,
         view.replica_ids, view.unlisted_leader_topics,
-    )
-
-
-def build_metadata_request(topics: Sequence[str] | None, version: int) -> Any:
-    topic_list = (
-        None
-        if topics is None
-        else [MetadataRequest.MetadataRequestTopic(name=t, topic_id=_ZERO_UUID) for t in topics]
-    )
-    return MetadataRequest(
-        topics=topic_list,
-        allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=False,
-        include_topic_authorized_operations=False,
-        version=version,
-    )
-
-
-def parse_metadata(response: Any) -> MetadataView:
-    if isinstance(response, LeanMetadataResponse):
-        return _parse_lean_metadata(response)
-    brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
-    leaders: dict[TopicPartition, int] = {}
-    by_leader: dict[int, dict[str, list[int]]] = {}
-    topic_ids: dict[str, uuid.UUID] = {}
-    leaderless: dict[TopicPartition, str] = {}
-    replica_ids: set[int] = set()
-    add_replicas = replica_ids.update
-    for topic in response.topics:
-        name = topic.name
-        if topic.error_code != 0 and not topic.partitions:
-            continue
-        if topic.topic_id is not None:
-            topic_ids[name] = topic.topic_id
-        for p in topic.partitions:
-            tp = TopicPartition(name, p.partition_index)
-            leader = p.leader_id
-            leaders[tp] = leader
-            add_replicas(p.replica_nodes)
-            if leader < 0:
-                leaderless[tp] = "LEADER_NOT_AVAILABLE"
-                continue
-            per_topic = by_leader.get(leader)
-            if per_topic is None:
-                per_topic = by_leader[leader] = {}
-            partitions = per_topic.get(name)
-            if partitions is None:
-                per_topic[name] = [p.partition_index]
-            else:
-                partitions.append(p.partition_index)
-    unlisted = {
-        name for leader, per_topic in by_leader.items() if leader not in brokers
-        for name in per_topic
-    }
-    return MetadataView(
-        brokers, leaders, by_leader, topic_ids, leaderless, replica_ids, unlisted
-    )
-
-
-def _parse_lean_metadata(response: LeanMetadataResponse) -> MetadataView:
-    """`parse_metadata` for the lean decoder's answer (parallel lists, replica ids done).
-    Same result; grouped per topic so the per-partition work is one key and one append."""
-    brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
-    leaders: dict[TopicPartition, int] = {}
-    by_leader: dict[int, dict[str, list[int]]] = {}
-    topic_ids: dict[str, uuid.UUID] = {}
-    leaderless: dict[TopicPartition, str] = {}
-    for topic in response.topics:
-        name: Any = topic.name  # null only from a broker breaking the schema; kept as is
-        indexes = topic.partition_indexes
-        if topic.error_code != 0 and not indexes:
-            continue
-        if topic.topic_id is not None:
-            topic_ids[name] = topic.topic_id
-        leader_ids = topic.leader_ids
-        leaders.update(zip(map(TopicPartition, repeat(name), indexes), leader_ids, strict=True))
-        groups: dict[int, list[int]] = {}
-        for index, leader in zip(indexes, leader_ids, strict=True):
-            group = groups.get(leader)
-            if group is None:
-                groups[leader] = [index]
-            else:
-                group.append(index)
-        for leader, partitions in groups.items():
-            if leader < 0:
-                for index in partitions:
-                    leaderless[TopicPartition(name, index)] = "LEADER_NOT_AVAILABLE"
-                continue
-            per_topic = by_leader.get(leader)
-            if per_topic is None:
-                per_topic = by_leader[leader] = {}
-            known = per_topic.get(name)  # a topic named twice: as parse_metadata, append
-            if known is None:
-                per_topic[name] = partitions
-            else:
-                known.extend(partitions)
-    unlisted = {
-        name for leader, per_topic in by_leader.items() if leader not in brokers
-        for name in per_topic
-    }
-    return MetadataView(
-        brokers, leaders, by_leader, topic_ids, leaderless, set(response.replica_ids),
-        unlisted,
     )
 
 
@@ -462,43 +316,6 @@ def describe_producers_request(
         )
 
     return build
-
-
-def list_offsets_request(
-    partitions: dict[str, list[int]], isolation_level: int
-) -> Callable[[BrokerConnection], LeanRequest]:
-    """Latest offset per partition: READ_UNCOMMITTED gives the high watermark, READ_COMMITTED
-    the last stable offset (reference: LastStableOffsetLag from outside the broker). Written by
-    `fastencode` (kafka-python's bytes)."""
-
-    def build(connection: BrokerConnection) -> LeanRequest:
-        # isolation_level exists from v2; an older answer would silently be the high watermark.
-        version = connection.version_for(
-            ListOffsetsRequest, max_version=LIST_OFFSETS_VERSIONS[-1]
-        )
-        if version < 2:
-            raise UnsupportedApiForLag("ListOffsets v2+ needed for isolation_level")
-        return LeanRequest(
-            api_key=LIST_OFFSETS,
-            version=version,
-            flexible=version >= LIST_OFFSETS_FIRST_FLEXIBLE,
-            name=ListOffsetsRequest.name,
-            response_class=ListOffsetsResponse,
-            encode_body=functools.partial(
-                encode_list_offsets,
-                version,
-                -1,  # replica id: a consumer
-                isolation_level,
-                partitions.items(),
-                LATEST_OFFSET,
-            ),
-        )
-
-    return build
-
-
-class UnsupportedApiForLag(CollectError):
-    kind = "UNSUPPORTED_VERSION"
 
 
 def fetch_request(

@@ -1,10 +1,11 @@
 """One driver for the admin APIs, one handler per API (the shape of Kafka's own admin client).
 
 A `Handler` knows one Kafka API: its request for a set of keys (transactional ids, group ids,
-broker ids), how to read an answer and what the answer means for each key. A `Strategy` knows
-which broker to ask about each key: every broker (`EveryBroker`), whichever is up
-(`AnyBroker`), or the coordinator of the key (`CoordinatorStrategy`, itself a FindCoordinator
-run on the driver). The `Driver` owns what each API used to write again:
+broker ids, partitions), how to read an answer and what the answer means for each key. A
+`Strategy` knows which broker to ask about each key: every broker (`EveryBroker`), whichever
+is up (`AnyBroker`), the coordinator of the key (`CoordinatorStrategy`, itself a
+FindCoordinator run on the driver), or the leader of a partition (`PartitionLeaderStrategy`,
+from the poll's Metadata). The `Driver` owns what each API used to write again:
 
 - fan-out: every broker's requests at once, each broker's batches at once;
 - retry: keys a handler gives back are asked again after `RETRY_DELAY_SECONDS`, up to the
@@ -19,7 +20,7 @@ run on the driver). The `Driver` owns what each API used to write again:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Awaitable, Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -32,6 +33,7 @@ from exporter.collect.pollstate import (
     ApiSupportLog,
     PollState,
 )
+from exporter.model import TopicPartition
 
 K = TypeVar("K", bound=Hashable)
 A = TypeVar("A")
@@ -76,6 +78,12 @@ class Handler(Generic[K, A]):
     def request(self, keys: list[K]) -> Callable[[BrokerConnection], Any]:
         """The request for `keys`, built for the broker's negotiated versions."""
         raise NotImplementedError
+
+    def ask(self, client: ClusterClient, broker_id: int, keys: list[K]) -> Awaitable[Any]:
+        """Send the request for `keys` (one batch) and await its answer, given to `parse`.
+        An API whose answer is read from more than one request (ListOffsets: both isolation
+        levels) sends them here; a `CollectError` raised is that batch's failed request."""
+        return client.send(broker_id, self.request(keys))
 
     def parse(self, keys: list[K], response: Any) -> tuple[A, Collection[K]]:
         """The answer read, and the keys it speaks of (checked by the driver against `keys`)."""
@@ -184,7 +192,7 @@ class Driver:
             outcome.add(self._failed(handler, broker_id, keys, exc, state))
             return outcome
         results = await gather_settled(
-            *(self.client.send(broker_id, handler.request(batch)) for batch in batches)
+            *(handler.ask(self.client, broker_id, batch) for batch in batches)
         )
         for batch, result in zip(batches, results, strict=True):
             if isinstance(result, CollectError):
@@ -297,3 +305,27 @@ class CoordinatorStrategy(Generic[K]):
         for key in keys:
             self.coordinators.pop(key, None)
 
+
+class PartitionLeaderStrategy:
+    """Keys are partitions, each asked of its leader as the poll's Metadata says
+    (`MetadataView.leaders`, with the poll's own re-routing of DescribeProducers in it): APIs a
+    partition's leader answers (ListOffsets). A partition without a leader is unrouted. A
+    leader that answers it no longer leads (NOT_LEADER_OR_FOLLOWER) is not asked again this
+    poll: the handler says what the answer means, and the next poll's Metadata routes anew."""
+
+    async def route(
+        self, keys: list[TopicPartition], meta: MetadataView, state: PollState
+    ) -> tuple[dict[int, list[TopicPartition]], list[TopicPartition]]:
+        leaders = meta.leaders
+        routes: dict[int, list[TopicPartition]] = {}
+        unrouted: list[TopicPartition] = []
+        for tp in keys:
+            leader = leaders.get(tp, -1)
+            if leader < 0:
+                unrouted.append(tp)
+            else:
+                routes.setdefault(leader, []).append(tp)
+        return routes, unrouted
+
+    def forget(self, keys: Collection[TopicPartition]) -> None:
+        pass

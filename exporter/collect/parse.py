@@ -100,23 +100,6 @@ def parse_describe_producers(
     return answer
 
 
-def parse_list_offsets(
-    response: Any,
-) -> tuple[dict[TopicPartition, int], list[tuple[TopicPartition, int]]]:
-    """ListOffsets answer -> (offset per partition answered without error, [(partition, error
-    code)])."""
-    offsets: dict[TopicPartition, int] = {}
-    errors: list[tuple[TopicPartition, int]] = []
-    for topic in response.topics:
-        for p in topic.partitions:
-            if p.error_code == NONE:
-                offsets[TopicPartition(topic.name, p.partition_index)] = p.offset
-            else:
-                errors.append((TopicPartition(topic.name, p.partition_index), p.error_code))
-    return offsets, errors
-
-
-
 def parse_finalized_features(response: Any, version: int) -> FinalizedFeatures | None:
     """ApiVersions answer at `version` -> its finalized features; None when it carries none.
 

@@ -28,6 +28,7 @@ from exporter.collect.broker_config import BrokerConfigReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
 from exporter.collect.coordinators import CoordinatorReader
+from exporter.collect.driver import Driver
 from exporter.collect.groups import ConsumerGroupReader
 from exporter.collect.loop import run as run_on_loop
 from exporter.collect.lso import LastStableOffsetReader, StableOffsets
@@ -91,7 +92,7 @@ class ClusterPoller:
         self._broker_config = BrokerConfigReader(self._client, self._support, settings)
         self._topic_config = TopicConfigReader(self._client, self._support, settings)
         self._coordinators = CoordinatorReader(self._client, self._support)
-        self._lso = LastStableOffsetReader(self._client)
+        self._lso = LastStableOffsetReader(Driver(self._client, self._support))
         self._groups = ConsumerGroupReader(self._client, self._support, settings)
         self._down_logged: set[int] = set()
         self._closed = False
@@ -177,7 +178,7 @@ class ClusterPoller:
         )
         open_txns, offsets = await asyncio.gather(
             timed(PollPhase.START_TIMES, self._start_times.resolve(meta, state)),
-            timed(PollPhase.LIST_OFFSETS, self._lso.read(state)),
+            timed(PollPhase.LIST_OFFSETS, self._lso.read(meta, state)),
         )
         late = self._late_rule(state.now_ms)
         seen_before = focus.describe

@@ -20,12 +20,9 @@ from exporter.collect.apis.describe_configs import (
 )
 from exporter.collect.apis.find_coordinator import parse_find_coordinator
 from exporter.collect.apis.list_groups import parse_list_groups
+from exporter.collect.apis.metadata import parse_metadata
 from exporter.collect.apis.offset_fetch import parse_offset_fetch_groups
-from exporter.collect.client import (
-    batch_partitions,
-    first_batch_header,
-    parse_metadata,
-)
+from exporter.collect.client import batch_partitions, first_batch_header
 from exporter.model import TopicPartition
 
 GROUPS_CAPTURES = CAPTURES.parent / "real-kafka-4.0-groups"

@@ -26,7 +26,7 @@ from kafka_sim.api import RequestContext
 from kafka_sim.cluster import SimCluster, SimTls
 from kafka_sim.versions import PROFILES
 
-from exporter.collect.client import build_metadata_request
+from exporter.collect.apis.metadata import build_metadata_request
 from exporter.collect.connection import (
     AuthenticationFailed,
     BrokerConnection,

@@ -20,7 +20,9 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 
-from exporter.collect.client import ClusterClient, first_batch_header, parse_metadata
+from exporter.collect.apis.list_offsets import parse_list_offsets
+from exporter.collect.apis.metadata import parse_metadata
+from exporter.collect.client import ClusterClient, first_batch_header
 from exporter.collect.fastdecode import (
     LeanFetchResponse,
     decode_describe_producers,
@@ -32,7 +34,7 @@ from exporter.collect.fastdecode import (
     lean,
     metadata_identity,
 )
-from exporter.collect.parse import parse_describe_producers, parse_list_offsets
+from exporter.collect.parse import parse_describe_producers
 from exporter.collect.shapes import ShapeError
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings

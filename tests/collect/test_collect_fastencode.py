@@ -19,12 +19,11 @@ from kafka.protocol.admin.transactions import DescribeProducersRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from simhelpers import CAPTURES
 
+from exporter.collect.apis.list_offsets import UnsupportedApiForLag, list_offsets_request
 from exporter.collect.client import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    UnsupportedApiForLag,
     describe_producers_request,
-    list_offsets_request,
 )
 from exporter.collect.connection import BrokerConnection, ConnectionOptions, DecodeError
 from exporter.collect.fastencode import (

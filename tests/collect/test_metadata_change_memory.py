@@ -18,15 +18,15 @@ import pytest
 from kafka_sim.cluster import SimCluster
 from simhelpers import CAPTURE_BROKER_CONFIG, PollEnv, poll_env
 
-from exporter.collect import client as client_module
+from exporter.collect.apis import metadata as metadata_api
 from exporter.model import TopicPartition
 
 PARTITIONS = 3000
 
 
 def _parse_lines() -> tuple[str, range]:
-    lines, first = inspect.getsourcelines(client_module._parse_lean_metadata)
-    return inspect.getsourcefile(client_module._parse_lean_metadata) or "", range(
+    lines, first = inspect.getsourcelines(metadata_api._parse_lean_metadata)
+    return inspect.getsourcefile(metadata_api._parse_lean_metadata) or "", range(
         first, first + len(lines))
 
 
@@ -64,13 +64,13 @@ def test_the_previous_parse_is_gone_when_a_changed_metadata_answer_is_parsed(
         assert one_parse > 100 * PARTITIONS  # keys, leaders, by_leader lists of every partition
 
         alive_at_next_parse: list[int] = []
-        real_parse = client_module.parse_metadata
+        real_parse = metadata_api.parse_metadata
 
         def parse(response: Any) -> Any:
             alive_at_next_parse.append(_alive_from_parse())
             return real_parse(response)
 
-        monkeypatch.setattr(client_module, "parse_metadata", parse)
+        monkeypatch.setattr(metadata_api, "parse_metadata", parse)
         state: Any = env.sim.state
         leader = state.partition("t", 0).leader_id
         moved_to = 1 if leader != 1 else 2
@@ -83,7 +83,7 @@ def test_the_previous_parse_is_gone_when_a_changed_metadata_answer_is_parsed(
         assert alive_at_next_parse[0] < one_parse // 50, (alive_at_next_parse, one_parse)
         del observation
         # The new parse is kept and reused again while the answer stays the same.
-        monkeypatch.setattr(client_module, "parse_metadata", real_parse)
+        monkeypatch.setattr(metadata_api, "parse_metadata", real_parse)
         env.poller.poll()
         assert abs(_alive_from_parse() - one_parse) < one_parse // 10
     finally:

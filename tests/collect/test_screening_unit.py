@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from exporter.collect import lso, screening
+from exporter.collect import screening
+from exporter.collect.apis import list_offsets
 from exporter.collect.client import READ_COMMITTED
 from exporter.collect.connection import BrokerUnreachable
 from exporter.collect.fastdecode import (
@@ -49,6 +51,7 @@ class FakeClient:
     lso: Any = None
     fetch: Callable[[FetchSent], tuple[Any, int]] | None = None
     sent: list[Any] = field(default_factory=list)
+    settings: Any = field(default_factory=lambda: SimpleNamespace(name="fake"))
 
     async def send(self, broker_id: int, request: Any, decode: Any) -> Any:
         self.sent.append(request)
@@ -75,7 +78,7 @@ class FakeClient:
 @pytest.fixture(autouse=True)
 def plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     """The request builders replaced by what they were asked (the fake's keys)."""
-    monkeypatch.setattr(lso, "list_offsets_request",
+    monkeypatch.setattr(list_offsets, "list_offsets_request",
                         lambda partitions, isolation: isolation)
     monkeypatch.setattr(
         screening, "_session_request",

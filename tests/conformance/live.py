@@ -589,7 +589,9 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
         describe_transactions,
         find_coordinator,
         list_groups,
+        list_offsets,
         list_transactions,
+        metadata,
         offset_fetch,
     )
     from exporter.collect.failures import UnsupportedApi
@@ -599,7 +601,8 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
     ids = side.txn.facts.sim_topic_ids
     topics = list(TXN_TOPICS)
     builders: list[tuple[str, Callable[[], Any]]] = [
-        ("Metadata", lambda: c.build_metadata_request(topics, neg.version_for(MetadataRequest))),
+        ("Metadata", lambda: metadata.build_metadata_request(
+            topics, neg.version_for(MetadataRequest))),
         ("DescribeCluster", lambda: describe_cluster.describe_cluster_request()(neg)),
         ("DescribeProducers", lambda: c.describe_producers_request(
             [("hang-test", [0, 1, 2]), ("txn-open", [0, 1, 2])])(neg)),
@@ -624,9 +627,11 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
         ("OffsetFetch", lambda: offset_fetch.offset_fetch_request(
             ["grp-rc", "grp-ru", "grp-lagging"], [("grp-test", [0])])(neg)),
         ("ListOffsets read_uncommitted",
-         lambda: c.list_offsets_request({"hang-test": [0], "txn-open": [0, 1, 2]}, 0)(neg)),
+         lambda: list_offsets.list_offsets_request(
+             {"hang-test": [0], "txn-open": [0, 1, 2]}, 0)(neg)),
         ("ListOffsets read_committed",
-         lambda: c.list_offsets_request({"hang-test": [0], "txn-open": [0, 1, 2]}, 1)(neg)),
+         lambda: list_offsets.list_offsets_request(
+             {"hang-test": [0], "txn-open": [0, 1, 2]}, 1)(neg)),
         ("Fetch", lambda: c.fetch_request(
             "hang-test", uuid.UUID(ids["hang-test"]) if "hang-test" in ids else None, 0, 0
         )(neg)),

@@ -16,7 +16,7 @@ import pytest
 from kafka.protocol.metadata import MetadataRequest
 from securekafka import README_GRANTS, SecureKafka, allow, start_secure_kafka, wait_acls
 
-from exporter.collect.client import build_metadata_request
+from exporter.collect.apis.metadata import build_metadata_request
 from exporter.collect.connection import (
     REAUTHENTICATE_FACTOR,
     REAUTHENTICATE_JITTER,
