@@ -13,11 +13,19 @@ costs bytes per partition and per state: so no partition is left out of it by it
 partition not answered yet, or whose last answer was an error (or left it out), is asked
 directly until it answers, so its errors are DescribeProducers' own.
 
+A partition's first screening (two ListOffsets, then joining its leader's session) costs
+more than one DescribeProducers of a partition with few states, so partitions with fewer than
+SCREEN_AT_ONCE_FROM_STATES states join at most NEW_SCREENED_PER_POLL per poll (the others
+asked directly meanwhile, as cheaply as before): a start on a large cluster spreads that cost
+over polls instead of making its first poll many times a later one. A crowded partition,
+whose answer is dear, is screened from its first answer on.
+
 The first poll after a start: each leader is asked DescribeProducers for a sample of its
-partitions, which shows whether it answers it at all. Where the sample answered for a
-partition, the leader's others are screened in the same poll, asking DescribeProducers only
-where that leaves it to; where it answered for none (a broker without DescribeProducers, a
-garbage answer, a timeout, every sampled partition an error), they are asked as before."""
+partitions. Where the sample holds a crowded partition, the leader's others are screened in
+the same poll (their answers would be dear too), asking DescribeProducers only where that
+leaves it to; elsewhere (few states, or the sample failed: a broker without
+DescribeProducers, a garbage answer, a timeout) they are asked directly, and join the
+screening poll by poll."""
 
 from __future__ import annotations
 
@@ -58,8 +66,16 @@ log = get_logger()
 
 FIRST_POLL_SAMPLE_PARTITIONS = 100
 """Partitions per leader the first poll asks DescribeProducers before choosing how to read the
-leader's others (a topic's first partitions, one topic after another): one answered among
-them, and the others are screened. Its answer grows with the sampled partitions' states."""
+leader's others (a topic's first partitions, one topic after another): a crowded one among
+them, and the others are screened at once. Its answer grows with the sampled states."""
+
+SCREEN_AT_ONCE_FROM_STATES = 2
+"""Producer states from which a partition is crowded: screened from its first answer on,
+outside NEW_SCREENED_PER_POLL (the lean decoder counts states from 2)."""
+
+NEW_SCREENED_PER_POLL = 20_000
+"""Partitions with fewer states that join the screening per poll (their first screening, two
+ListOffsets and a place in the fetch session, is the dear part of screening)."""
 
 ANSWER_BYTES_PER_STATE = 37
 """One producer state in a DescribeProducers v0 answer: id 8, epoch 4, last sequence 4, last
@@ -129,6 +145,8 @@ class ProducerStateReader:
         own); screened meanwhile, and ANSWER_TOO_LARGE when they must be asked. Forgotten
         at the first answer."""
         self._polls = 0
+        self._joined_this_poll = 0
+        """Partitions with fewer states that joined the screening this poll."""
         self._started = False
         """Whether the first poll (`_screened_start`) was made."""
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
@@ -149,6 +167,7 @@ class ProducerStateReader:
 
     async def read(self, meta: MetadataView, state: PollState) -> None:
         self._polls += 1
+        self._joined_this_poll = 0
         first, self._started = self._screening and not self._started, True
         if first and any(
             sum(map(len, per_topic.values())) > FIRST_POLL_SAMPLE_PARTITIONS
@@ -200,13 +219,13 @@ class ProducerStateReader:
 
     async def _screened_start(self, meta: MetadataView, state: PollState) -> list[TopicPartition]:
         """The first poll: each leader is asked DescribeProducers for a sample of its
-        partitions (FIRST_POLL_SAMPLE_PARTITIONS) first. Where it answered for a sampled
+        partitions (FIRST_POLL_SAMPLE_PARTITIONS) first. Where the sample holds a crowded
         partition, the leader's other partitions are screened (their fetch session started
         at once, so a topic the principal may not Read answers its error now) and asked only
-        where LSO < HW or the offsets are unknown; where it answered for none (a broker that
-        predates DescribeProducers, a garbage answer, a timeout, an error for every sampled
-        partition) they are asked as before, so their verdicts and errors are those of
-        DescribeProducers."""
+        where LSO < HW or the offsets are unknown; elsewhere (few states, or a broker that
+        predates DescribeProducers, a garbage answer, a timeout) they are asked directly, so
+        their verdicts and errors are those of DescribeProducers, and join the screening
+        NEW_SCREENED_PER_POLL at a time."""
         sample: dict[int, dict[str, list[int]]] = {}
         rest: dict[int, dict[str, list[int]]] = {}
         for leader, per_topic in meta.by_leader.items():
@@ -225,7 +244,7 @@ class ProducerStateReader:
         for leader, per_topic in rest.items():
             sampled = sample.get(leader, {})
             if any(
-                TopicPartition(topic, p) in answered
+                answered.get(TopicPartition(topic, p), 0) >= SCREEN_AT_ONCE_FROM_STATES
                 for topic, indexes in sampled.items() for p in indexes
             ):
                 screened[leader] = per_topic
@@ -561,9 +580,14 @@ class ProducerStateReader:
                     if screened.pop(tp, None) is not None:
                         changed = True
                     continue
+                count = counts.get(tp, 0)
                 if tp not in screened:
+                    if count < SCREEN_AT_ONCE_FROM_STATES:
+                        if self._joined_this_poll >= NEW_SCREENED_PER_POLL:
+                            continue  # asked directly again; joins on a later poll
+                        self._joined_this_poll += 1
                     changed = True
-                screened[tp] = counts.get(tp, 0)
+                screened[tp] = count
         if changed:
             self._screened_version += 1
 

@@ -1,8 +1,9 @@
 """The first poll after a start is screened: each leader is asked DescribeProducers for a
-sample of its partitions, and where the sample answered for a partition the leader's other
+sample of its partitions, and where the sample holds a crowded partition the leader's other
 partitions are read by their offsets first (ListOffsets, then the fetch session at once) and
-asked DescribeProducers only where LSO < HW; where it failed, all of them are asked as before.
-What it reports is what the full poll reports.
+asked DescribeProducers only where LSO < HW; elsewhere (few states, or the sample failed) all
+of them are asked, and join the screening a bounded number per poll. What it reports is what
+the full poll reports.
 
 Also what the screening cannot skip: a partition whose LSO stands still while its high
 watermark moves may hold a second producer's new transaction above the first one
@@ -102,22 +103,40 @@ def test_first_poll_asks_describe_producers_only_where_lso_is_below_hw(
         txn.abort()
 
 
-def test_first_poll_screens_a_leader_without_producer_states_past_its_sample(
+def test_partitions_with_few_states_join_the_screening_a_bounded_number_per_poll(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No producer state anywhere: each leader's sample answers, so its other partitions are
-    screened (clear) and not asked; the second poll asks none."""
+    """No producer state anywhere: the first poll asks every partition directly (as cheap as
+    reading its offsets would be); from the second on, at most NEW_SCREENED_PER_POLL of them
+    join the screening per poll, the others still asked, until none is asked at all. Every
+    poll reports the same, complete truth."""
     monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
+    monkeypatch.setattr(producers, "NEW_SCREENED_PER_POLL", 5)
     with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
         counts = describe_producers_asked(monkeypatch)
         with poller(sim) as p:
-            obs = p.poll()
-            assert len(counts) == SAMPLE * 2
-            assert obs.unobserved == {} and obs.open_transactions == ()
-            counts.clear()
-            obs = p.poll()
-            assert not counts
-            assert obs.unobserved == {} and obs.open_transactions == ()
+            asked_per_poll = []
+            for _ in range(5):
+                counts.clear()
+                obs = p.poll()
+                assert obs.unobserved == {} and obs.open_transactions == ()
+                asked_per_poll.append(len(counts))
+            assert asked_per_poll == [12, 7, 2, 0, 0]
+
+
+def test_a_crowded_partition_is_screened_whatever_the_budget(
+    sim: SimCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crowded partitions (dear to ask) are screened from their first answer, outside the
+    per-poll budget of partitions with few states."""
+    monkeypatch.setattr(producers, "NEW_SCREENED_PER_POLL", 0)
+    counts = describe_producers_asked(monkeypatch)
+    with poller(sim) as p:
+        p.poll()
+        counts.clear()
+        obs = p.poll()
+        assert not {k for k in counts if k[0] == HOT}
+        assert obs.unobserved == {}
 
 
 def test_first_poll_of_a_leader_whose_sample_failed_asks_all(
@@ -125,13 +144,18 @@ def test_first_poll_of_a_leader_whose_sample_failed_asks_all(
 ) -> None:
     """A leader whose sample's answer is garbage gives its partitions DescribeProducers'
     own verdicts: the sampled ones unobserved with the error, the others asked as before (and
-    their open transactions found); the other leader's partitions past its sample screened."""
+    their open transactions found); the other leader's partitions past its crowded sample
+    screened."""
     monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
     with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
         leaders = sim.call(lambda: {p: sim.state.partition("few", p).leader_id
                                     for p in range(12)})
         bad = leaders[0]
         led = {("few", p) for p, b in leaders.items() if b == bad}
+        rng, now = random.Random(0), sim.clock.now_ms()
+        for p in (p for p, b in leaders.items() if b != bad):
+            sim.call(seed_producer_states, sim.state, "few", p, STATES, now_ms=now,
+                     max_age_ms=600_000, rng=rng)
         txn = open_transaction(sim.bootstrap_servers, "behind-bad", "few",
                                sorted(p for _, p in led), now_ms=sim.clock.now_ms)
         try:
