@@ -17,8 +17,9 @@ A partition's first screening (two ListOffsets, then joining its leader's sessio
 more than one DescribeProducers of a partition with few states, so partitions with fewer than
 SCREEN_AT_ONCE_FROM_STATES states join at most NEW_SCREENED_PER_POLL per poll (the others
 asked directly meanwhile, as cheaply as before): a start on a large cluster spreads that cost
-over polls instead of making its first poll many times a later one. A crowded partition,
-whose answer is dear, is screened from its first answer on.
+over polls instead of making its first poll many times a later one. They join only while
+fewer than FEW_STATES_SCREENED_BELOW partitions are screened, since each keeps session state
+in memory. A crowded partition, whose answer is dear, is screened from its first answer on.
 
 The first poll after a start: each leader is asked DescribeProducers for a sample of its
 partitions. Where the sample holds a crowded partition, the leader's others are screened in
@@ -76,6 +77,11 @@ outside NEW_SCREENED_PER_POLL (the lean decoder counts states from 2)."""
 NEW_SCREENED_PER_POLL = 20_000
 """Partitions with fewer states that join the screening per poll (their first screening, two
 ListOffsets and a place in the fetch session, is the dear part of screening)."""
+
+FEW_STATES_SCREENED_BELOW = 100_000
+"""A partition with fewer states joins only while fewer partitions than this are screened:
+each screened partition keeps its session state in the exporter's memory (benchmarks/
+RESULTS.md), where asking it directly costs a few bytes per poll and no memory."""
 
 ANSWER_BYTES_PER_STATE = 37
 """One producer state in a DescribeProducers v0 answer: id 8, epoch 4, last sequence 4, last
@@ -583,8 +589,11 @@ class ProducerStateReader:
                 count = counts.get(tp, 0)
                 if tp not in screened:
                     if count < SCREEN_AT_ONCE_FROM_STATES:
-                        if self._joined_this_poll >= NEW_SCREENED_PER_POLL:
-                            continue  # asked directly again; joins on a later poll
+                        if (
+                            self._joined_this_poll >= NEW_SCREENED_PER_POLL
+                            or len(screened) >= FEW_STATES_SCREENED_BELOW
+                        ):
+                            continue  # asked directly again; joins on a later poll, if any
                         self._joined_this_poll += 1
                     changed = True
                 screened[tp] = count

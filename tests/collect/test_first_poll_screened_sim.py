@@ -124,6 +124,25 @@ def test_partitions_with_few_states_join_the_screening_a_bounded_number_per_poll
             assert asked_per_poll == [12, 7, 2, 0, 0]
 
 
+def test_partitions_with_few_states_join_only_while_few_are_screened(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past FEW_STATES_SCREENED_BELOW screened partitions, one with few states is asked
+    directly every poll (no session state kept for it), and still reports the truth."""
+    monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
+    monkeypatch.setattr(producers, "FEW_STATES_SCREENED_BELOW", 8)
+    with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        counts = describe_producers_asked(monkeypatch)
+        with poller(sim) as p:
+            asked_per_poll = []
+            for _ in range(4):
+                counts.clear()
+                obs = p.poll()
+                assert obs.unobserved == {} and obs.open_transactions == ()
+                asked_per_poll.append(len(counts))
+            assert asked_per_poll == [12, 4, 4, 4]
+
+
 def test_a_crowded_partition_is_screened_whatever_the_budget(
     sim: SimCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
