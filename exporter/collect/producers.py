@@ -70,9 +70,9 @@ FIRST_POLL_SAMPLE_PARTITIONS = 100
 leader's others (a topic's first partitions, one topic after another): a crowded one among
 them, and the others are screened at once. Its answer grows with the sampled states."""
 
-SCREEN_AT_ONCE_FROM_STATES = 2
+SCREEN_AT_ONCE_FROM_STATES = 3
 """Producer states from which a partition is crowded: screened from its first answer on,
-outside NEW_SCREENED_PER_POLL (the lean decoder counts states from 2)."""
+outside NEW_SCREENED_PER_POLL."""
 
 NEW_SCREENED_PER_POLL = 20_000
 """Partitions with fewer states that join the screening per poll (their first screening, two
