@@ -490,7 +490,7 @@ class ProducerStateReader:
                 # What the oversized answers taught is unlearnt.
                 self._screened_version += 1
         if self._screening:
-            self._learn(batch, answer)
+            self._learn(batch, answer, screened_batch=offsets is not None)
             if offsets:
                 self._remember(leader, batch, answer, offsets)
         if self._ask_alone:
@@ -570,36 +570,51 @@ class ProducerStateReader:
             self._ask_alone.update(tps)
         self._screened_version += 1
 
-    def _learn(self, batch: list[tuple[str, Sequence[int]]], answer: ProducersAnswer) -> None:
+    def _learn(
+        self, batch: list[tuple[str, Sequence[int]]], answer: ProducersAnswer, screened_batch: bool
+    ) -> None:
         """The partitions of the batch answered without error are screened from the next
-        poll on, with their state counts; those answered with an error, or left out, are
-        asked directly until they answer (their errors stay DescribeProducers' own)."""
+        poll on, with their state counts: crowded ones at once, the others while this poll
+        and the screened set have room; those answered with an error, or left out, are asked
+        directly until they answer (their errors stay DescribeProducers' own). The batch's
+        partitions are walked only where that can change something (a batch of screened
+        partitions, or room to join): a poll that asks many partitions directly past the
+        limit costs no walk over them."""
         screened = self._screened
-        counts = dict(answer.state_counts)
         unanswered = {tp for tp, _ in answer.errors}
         unanswered.update(answer.missing)
         changed = False
-        for topic, partitions in batch:
-            for p in partitions:
-                tp = TopicPartition(topic, p)
-                if tp in unanswered:
-                    if screened.pop(tp, None) is not None:
-                        changed = True
-                    continue
-                count = counts.get(tp, 0)
-                if tp not in screened:
-                    if count < SCREEN_AT_ONCE_FROM_STATES:
-                        if (
-                            self._joined_this_poll >= NEW_SCREENED_PER_POLL
-                            or len(screened) >= FEW_STATES_SCREENED_BELOW
-                        ):
-                            continue  # asked directly again; joins on a later poll, if any
+        for tp in unanswered:
+            if screened.pop(tp, None) is not None:
+                changed = True
+        counts = dict(answer.state_counts)
+        for tp, count in counts.items():
+            if tp in unanswered:
+                continue
+            if tp not in screened:
+                if count < SCREEN_AT_ONCE_FROM_STATES:
+                    continue  # joins below, if there is room
+                changed = True
+            screened[tp] = count
+        room = min(
+            NEW_SCREENED_PER_POLL - self._joined_this_poll,
+            FEW_STATES_SCREENED_BELOW - len(screened),
+        )
+        if screened_batch or room > 0:
+            for topic, partitions in batch:
+                for p in partitions:
+                    tp = TopicPartition(topic, p)
+                    if tp in unanswered:
+                        continue
+                    if tp in screened:
+                        screened[tp] = counts.get(tp, 0)
+                    elif room > 0:
+                        screened[tp] = counts.get(tp, 0)
                         self._joined_this_poll += 1
-                    changed = True
-                screened[tp] = count
+                        room -= 1
+                        changed = True
         if changed:
             self._screened_version += 1
-
 
 def _sample(per_topic: Mapping[str, Sequence[int]], size: int) -> dict[str, int]:
     """How many of each topic's first partitions make a sample of `size`: taken in turn, one
