@@ -74,7 +74,7 @@ SCREEN_AT_ONCE_FROM_STATES = 3
 """Producer states from which a partition is crowded: screened from its first answer on,
 outside NEW_SCREENED_PER_POLL."""
 
-NEW_SCREENED_PER_POLL = 5_000
+NEW_SCREENED_PER_POLL = 20_000
 """Partitions with fewer states that join the screening per poll (their first screening, two
 ListOffsets and a place in the fetch session, is the dear part of screening)."""
 
