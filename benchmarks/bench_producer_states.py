@@ -197,7 +197,7 @@ def measure(sim: SimCluster, screening: bool, polls: int, traffic: Traffic,
     settings = ClusterSettings(name="bench", bootstrap_servers=tuple(
         sim.bootstrap_servers.split(",")), request_timeout_seconds=300.0)
     poller = ClusterObserver(settings, clock_ms=sim.clock.now_ms,
-                           screen_crowded_partitions=screening)
+                           screen_partitions=screening)
     rows: list[dict[str, Any]] = []
     try:
         cold: list[dict[str, Any]] = []

@@ -1,5 +1,5 @@
 """Poll cost against producer states per partition on a REAL Kafka broker: the full
-poll (`screen_crowded_partitions=False`: DescribeProducers for every partition, every poll) vs
+poll (`screen_partitions=False`: DescribeProducers for every partition, every poll) vs
 the default (screened) one, on the same broker state; with the broker's own cost per poll.
 
 Per mean states per partition (0 = no producer state, the baseline): a fresh single-node KRaft
@@ -322,7 +322,7 @@ def new_poller(
         request_timeout_seconds=300.0,
         metadata_max_age_seconds=metadata_max_age_seconds,
     )
-    return ClusterObserver(settings, screen_crowded_partitions=screening)
+    return ClusterObserver(settings, screen_partitions=screening)
 
 
 def cold_poll(

@@ -145,7 +145,7 @@ class PollPhase(StrEnum):
     LIST_TRANSACTIONS = "list_transactions"
     """ListTransactions on every broker (each coordinates a slice of the transactional ids)."""
     DESCRIBE_PRODUCERS = "describe_producers"
-    """DescribeProducers on every leader, with the screening of crowded partitions (Fetch
+    """DescribeProducers on every leader, with the screening of answered partitions (Fetch
     session, ListOffsets) and the Metadata asked again when a leader moved."""
     BROKER_CONFIGS = "broker_configs"
     """DescribeConfigs of brokers (transaction.max.timeout.ms, partition verification) and

@@ -29,12 +29,12 @@ class ClusterObserver:
         settings: ClusterSettings,
         clock_ms: Callable[[], int] = wall_clock_ms,
         also_ask: Callable[[OpenTransaction], bool] | None = None,
-        screen_crowded_partitions: bool = True,
+        screen_partitions: bool = True,
     ) -> None:
         self.settings = settings
         self.poller = ClusterPoller(
             settings, clock_ms=clock_ms, also_ask=also_ask,
-            screen_crowded_partitions=screen_crowded_partitions,
+            screen_partitions=screen_partitions,
         )
         self.tracking = OrphanTracking()
         """The orphan tracker's state after the last poll."""

@@ -114,7 +114,8 @@ class DescribeProducersTopic:
     missing here was not observed (an int32 array: no object per partition)."""
     state_counts: list[tuple[int, int]] = field(default_factory=list)
     """(partition index, producer states) of the partitions answered with two or more
-    producer states, open or not: the poller screens crowded partitions."""
+    producer states, open or not: the poller sizes its batches by them and screens crowded
+    partitions at once."""
 
 
 @dataclass(slots=True)

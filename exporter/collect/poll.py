@@ -73,7 +73,7 @@ class ClusterPoller:
         settings: ClusterSettings,
         clock_ms: Callable[[], int] = wall_clock_ms,
         also_ask: Callable[[OpenTransaction], bool] | None = None,
-        screen_crowded_partitions: bool = True,
+        screen_partitions: bool = True,
     ) -> None:
         self.settings = settings
         self._clock_ms = clock_ms
@@ -84,9 +84,9 @@ class ClusterPoller:
         self._client = ClusterClient(settings)
         self._support = ApiSupportLog(settings.name)
         self._producers = ProducerStateReader(
-            self._client, settings, self._support, screening=screen_crowded_partitions
+            self._client, settings, self._support, screening=screen_partitions
         )
-        """`screen_crowded_partitions`=False: DescribeProducers for every partition every
+        """`screen_partitions`=False: DescribeProducers for every partition every
         poll (the reference of the differential test, tests/collect/test_screening_*)."""
         self._start_times = StartTimeResolver(self._client)
         self._broker_config = BrokerConfigReader(self._client, self._support, settings)

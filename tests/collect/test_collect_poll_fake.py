@@ -70,7 +70,7 @@ def make_env() -> Iterator[MakeEnv]:
             bootstrap_servers=tuple(sim.bootstrap_servers.split(",")),
             **kwargs,  # type: ignore[arg-type]
         )
-        env = Env(sim, fake, ClusterObserver(settings, screen_crowded_partitions=screening),
+        env = Env(sim, fake, ClusterObserver(settings, screen_partitions=screening),
                   settings)
         made.append(env)
         return env

@@ -54,7 +54,7 @@ def poller(sim: SimCluster, screening: bool = True) -> Iterator[ClusterObserver]
     p = ClusterObserver(
         cluster_settings(sim, "first", transaction_max_timeout_ms=60_000,
                          late_buffer_seconds=10.0),
-        clock_ms=sim.clock.now_ms, screen_crowded_partitions=screening,
+        clock_ms=sim.clock.now_ms, screen_partitions=screening,
     )
     try:
         yield p

@@ -71,7 +71,7 @@ def fingerprint(obs: ClusterObservation, snap: ClusterSnapshot) -> dict[str, Any
 @contextmanager
 def two_pollers(sim: SimCluster) -> Iterator[tuple[ClusterObserver, ClusterObserver, Any]]:
     settings = cluster_settings(sim, "diff", request_timeout_seconds=5.0)
-    full = ClusterObserver(settings, clock_ms=sim.clock.now_ms, screen_crowded_partitions=False)
+    full = ClusterObserver(settings, clock_ms=sim.clock.now_ms, screen_partitions=False)
     screened = ClusterObserver(settings, clock_ms=sim.clock.now_ms)
     try:
         yield full, screened, settings

@@ -56,7 +56,7 @@ def sim() -> Iterator[SimCluster]:
 @contextmanager
 def poller(sim: SimCluster, screening: bool = True) -> Iterator[ClusterObserver]:
     p = ClusterObserver(cluster_settings(sim, "screen"), clock_ms=sim.clock.now_ms,
-                      screen_crowded_partitions=screening)
+                      screen_partitions=screening)
     try:
         yield p
     finally:

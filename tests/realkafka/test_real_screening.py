@@ -64,7 +64,7 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
     monkeypatch.setattr(screening, "_DECODE_FETCH", recording)
     settings = cluster_settings(real_kafka, request_timeout_seconds=30.0)
     screened = ClusterObserver(settings)
-    full = ClusterObserver(settings, screen_crowded_partitions=False)
+    full = ClusterObserver(settings, screen_partitions=False)
     txn = None
     try:
         screened.poll()  # learns the counts
@@ -209,7 +209,7 @@ def test_first_poll_screened_still_finds_a_hanging_and_a_late_transaction(
     )
     try:
         settings = cluster_settings(real_kafka, request_timeout_seconds=30.0)
-        full = ClusterObserver(settings, screen_crowded_partitions=False)
+        full = ClusterObserver(settings, screen_partitions=False)
         try:
             reference = full.poll()
         finally:
