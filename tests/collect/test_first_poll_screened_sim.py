@@ -103,25 +103,30 @@ def test_first_poll_asks_describe_producers_only_where_lso_is_below_hw(
         txn.abort()
 
 
+def asked_per_poll_without_states(monkeypatch: pytest.MonkeyPatch, polls: int) -> list[int]:
+    """Partitions asked DescribeProducers in each of `polls` polls of 12 partitions without
+    producer states on 2 brokers; every poll must report the same, complete truth."""
+    monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
+    with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
+        counts = describe_producers_asked(monkeypatch)
+        with poller(sim) as p:
+            asked = []
+            for _ in range(polls):
+                counts.clear()
+                obs = p.poll()
+                assert obs.unobserved == {} and obs.open_transactions == ()
+                asked.append(len(counts))
+    return asked
+
+
 def test_partitions_with_few_states_join_the_screening_a_bounded_number_per_poll(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No producer state anywhere: the first poll asks every partition directly (as cheap as
     reading its offsets would be); from the second on, at most NEW_SCREENED_PER_POLL of them
-    join the screening per poll, the others still asked, until none is asked at all. Every
-    poll reports the same, complete truth."""
-    monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
+    join the screening per poll, the others still asked, until none is asked at all."""
     monkeypatch.setattr(producers, "NEW_SCREENED_PER_POLL", 5)
-    with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
-        counts = describe_producers_asked(monkeypatch)
-        with poller(sim) as p:
-            asked_per_poll = []
-            for _ in range(5):
-                counts.clear()
-                obs = p.poll()
-                assert obs.unobserved == {} and obs.open_transactions == ()
-                asked_per_poll.append(len(counts))
-            assert asked_per_poll == [12, 7, 2, 0, 0]
+    assert asked_per_poll_without_states(monkeypatch, 5) == [12, 7, 2, 0, 0]
 
 
 def test_partitions_with_few_states_join_only_while_few_are_screened(
@@ -129,18 +134,8 @@ def test_partitions_with_few_states_join_only_while_few_are_screened(
 ) -> None:
     """Past FEW_STATES_SCREENED_BELOW screened partitions, one with few states is asked
     directly every poll (no session state kept for it), and still reports the truth."""
-    monkeypatch.setattr(producers, "FIRST_POLL_SAMPLE_PARTITIONS", SAMPLE)
     monkeypatch.setattr(producers, "FEW_STATES_SCREENED_BELOW", 8)
-    with SimCluster(brokers=2, topics={"few": 12}, broker_config=CAPTURE_BROKER_CONFIG) as sim:
-        counts = describe_producers_asked(monkeypatch)
-        with poller(sim) as p:
-            asked_per_poll = []
-            for _ in range(4):
-                counts.clear()
-                obs = p.poll()
-                assert obs.unobserved == {} and obs.open_transactions == ()
-                asked_per_poll.append(len(counts))
-            assert asked_per_poll == [12, 4, 4, 4]
+    assert asked_per_poll_without_states(monkeypatch, 4) == [12, 4, 4, 4]
 
 
 def test_a_crowded_partition_is_screened_whatever_the_budget(
