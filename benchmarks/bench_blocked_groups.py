@@ -98,7 +98,8 @@ def child(partitions: int, late: int, open_txns: int, groups: int, repeat: int) 
 
         try:
             poller.poll()  # cold: connections, start-time Fetches
-            poller.poll()
+            poller.poll()  # the partitions join the screening: their offsets read once
+            poller.poll()  # the fetch session started: both variants poll it warm
             cpu: dict[str, list[float]] = {"with_groups": [], "without_groups": []}
             requests: dict[str, dict[str, int]] = {}
             blocked = 0
