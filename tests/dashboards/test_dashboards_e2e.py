@@ -71,7 +71,7 @@ BLOCKED_GROUP = "e2e-readers"
 TRANSACTION_MAX_TIMEOUT_MS = 2000
 LATE_BUFFER_SECONDS = 1.0
 POLL_INTERVAL_SECONDS = 1.0
-DESCRIBE_PRODUCERS = 61
+LIST_TRANSACTIONS = 66
 RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval becomes at a 1 s scrape interval
 WAIT_SECONDS = 60.0
 REPLICAS = 2
@@ -195,9 +195,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 len(prom.query(f'kafka_txn_exporter_up{{cluster="{CLUSTER}"}} == 1')) == REPLICAS
             ),
         )
-        # One spoiled DescribeProducers answer, so the request-error panel has a series. Wait
-        # for the exporter to meet it, or this test's own DescribeProducers could get it.
-        sim.fail_next_responses("malformed", api_key=DESCRIBE_PRODUCERS, count=1)
+        # One spoiled ListTransactions answer, so the request-error panel has a series (every
+        # poll asks it of every broker; DescribeProducers is not asked of a screened partition).
+        # Wait for the exporter to meet it, or this test's own request could get it.
+        sim.fail_next_responses("malformed", api_key=LIST_TRANSACTIONS, count=1)
         _wait(
             "the exporter to count a request error",
             lambda: prom.query(f'kafka_txn_exporter_request_errors_total{{cluster="{CLUSTER}"}}'),
