@@ -306,6 +306,22 @@ class CoordinatorStrategy(Generic[K]):
             self.coordinators.pop(key, None)
 
 
+class KnownBroker(Generic[K]):
+    """Every key asked of one broker the caller already knows to answer for them (the leader
+    a fetch session is held with)."""
+
+    def __init__(self, broker_id: int) -> None:
+        self._broker_id = broker_id
+
+    async def route(
+        self, keys: list[K], meta: MetadataView, state: PollState
+    ) -> tuple[dict[int, list[K]], list[K]]:
+        return {self._broker_id: keys}, []
+
+    def forget(self, keys: Collection[K]) -> None:
+        pass
+
+
 class PartitionLeaderStrategy:
     """Keys are partitions, each asked of its leader as the poll's Metadata says
     (`MetadataView.leaders`, with the poll's own re-routing of DescribeProducers in it): APIs a

@@ -10,11 +10,14 @@ from collections.abc import Mapping
 
 from exporter.collect.apis.list_offsets import ListOffsets, StableOffsets
 from exporter.collect.client import ClusterClient, MetadataView
-from exporter.collect.driver import Driver, PartitionLeaderStrategy
+from exporter.collect.driver import Driver, KnownBroker, PartitionLeaderStrategy
 from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.model import TopicPartition
 
 __all__ = ["LastStableOffsetReader", "StableOffsets", "read_stable_offsets"]
+
+_NO_VIEW = MetadataView(brokers={}, leaders={}, by_leader={}, topic_ids={})
+"""The screening names the leader itself (KnownBroker): no Metadata is read."""
 
 
 class LastStableOffsetReader:
@@ -44,9 +47,6 @@ async def read_stable_offsets(
     into `offsets`; what could not be read goes to `offsets.failed`, its errors counted on
     `state`."""
     keys = [TopicPartition(topic, p) for topic, indexes in partitions.items() for p in indexes]
-    view = MetadataView(
-        brokers={}, leaders=dict.fromkeys(keys, broker_id), by_leader={}, topic_ids={}
-    )
     # ListOffsets has no "broker predates the API" log: the support log stays unused.
     driver = Driver(client, ApiSupportLog(client.settings.name))
-    await driver.run(ListOffsets(offsets), PartitionLeaderStrategy(), keys, view, state)
+    await driver.run(ListOffsets(offsets), KnownBroker(broker_id), keys, _NO_VIEW, state)
