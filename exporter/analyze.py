@@ -293,128 +293,203 @@ def analyze(obs: ClusterObservation, settings: ClusterSettings) -> ClusterSnapsh
 
 
 
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What every open transaction of one observation is judged against."""
+
+    now_ms: int
+    max_timeout_ms: Mapping[int, int]
+    """transaction.max.timeout.ms per broker (the cluster's default for a broker not listed)."""
+    default_max_timeout_ms: int
+    late_buffer_ms: int
+    two_phase_late_ms: float
+    blocked_groups_min_age_ms: int
+
+    def is_late(self, txn: OpenTransaction) -> bool:
+        threshold_ms = self.max_timeout_ms.get(txn.leader_id, self.default_max_timeout_ms)
+        return is_late(txn, self.now_ms, threshold_ms, self.late_buffer_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class _Standing:
+    """One open transaction's facts, before the records they make are written."""
+
+    age_ms: int
+    late: bool
+    orphaned: bool
+    two_phase: bool
+    untracked_polls: int
+    transactional_id: str
+    application: str
+    looked_at: bool
+    """Its blocked groups are read: old enough, or late or orphaned (a two-phase transaction
+    is never late or orphaned here: looked at by age alone)."""
+
+
 def judge_transactions(obs: ClusterObservation, settings: ClusterSettings) -> TransactionVerdicts:
     """Each open transaction's age, lateness, classification, orphaned or two-phase standing,
     and the consumer groups it blocks, where it is old enough to be looked at."""
     v = TransactionVerdicts()
-    now_ms = obs.observed_at_ms
-    thresholds = max_timeout_by_broker(obs, settings)
-    late_buffer_ms = round(settings.late_buffer_seconds * 1000)
-    default_ms = effective_max_timeout_ms(settings, None)
-    two_phase_late_ms = settings.two_phase_late_seconds * 1000
-    min_age_ms = blocked_groups_min_age_ms(settings)
-    applications, v.applications_overflowed = reported_applications(
-        obs, settings, lambda txn: is_late(
-            txn, now_ms, thresholds.get(txn.leader_id, default_ms), late_buffer_ms
-        )
+    limits = _Limits(
+        now_ms=obs.observed_at_ms,
+        max_timeout_ms=max_timeout_by_broker(obs, settings),
+        default_max_timeout_ms=effective_max_timeout_ms(settings, None),
+        late_buffer_ms=round(settings.late_buffer_seconds * 1000),
+        two_phase_late_ms=settings.two_phase_late_seconds * 1000,
+        blocked_groups_min_age_ms=blocked_groups_min_age_ms(settings),
     )
-    committed_index: dict[TopicPartition, list[CommittedOffset]] | None = None
+    applications, v.applications_overflowed = reported_applications(
+        obs, settings, limits.is_late
+    )
+    committed_index: CommittedByPartition | None = None
     for txn in obs.open_transactions:
-        source = txn.start_time_source.value
-        v.by_source[source] = v.by_source.get(source, 0) + 1
-        tp = TopicPartition(txn.topic, txn.partition)
-        age_ms = transaction_age_ms(txn, now_ms)
-        if age_ms > v.max_age_ms.get(tp, -1):
-            v.max_age_ms[tp] = age_ms
-        v.leader_of.setdefault(tp, txn.leader_id)
-        threshold_ms = thresholds.get(txn.leader_id, default_ms)
-        txn_is_late = is_late(txn, now_ms, threshold_ms, late_buffer_ms)
-        untracked_polls = obs.untracked_polls.get(txn.key, 0)
-        txn_is_orphaned = is_orphaned(untracked_polls)
-        transactional_id = obs.transactional_ids.get(txn.producer_id, "")
-        application = applications.get(transactional_id, "")
-        txn_is_two_phase = not txn_is_orphaned and is_two_phase(
-            txn, obs.transactional_ids, obs.descriptions
-        )
+        standing = _standing(txn, obs, limits, applications)
+        _count_partition(v, txn, standing.age_ms)
         blocked: tuple[BlockedGroup, ...] = ()
         blocked_unknown: str | None = None
-        old_enough = is_old_enough_for_groups(txn, now_ms, min_age_ms)
-        # A two-phase transaction is never late or orphaned here: looked at by age alone.
-        looked_at = old_enough or (not txn_is_two_phase and (txn_is_late or txn_is_orphaned))
-        if looked_at:
+        if standing.looked_at:
             if committed_index is None:
                 committed_index = committed_by_partition(obs)
-            blocked, why = blocked_groups(txn, obs, committed_index)
-            if why is not None:
-                blocked_unknown = why.value
-                v.blocked_unknown_by_reason[blocked_unknown] = (
-                    v.blocked_unknown_by_reason.get(blocked_unknown, 0) + 1
-                )
+            blocked, blocked_unknown = _read_blocked_groups(v, txn, obs, committed_index)
         classification = (
             classify(txn, obs.transactional_ids, obs.descriptions, obs.coordinator_view_complete)
-            if txn_is_late or looked_at
+            if standing.late or standing.looked_at
             else None
         )
-        if looked_at:
-            assert classification is not None
-            v.blocking.append(
-                BlockingTransaction(
-                    transaction=txn,
-                    age_seconds=age_ms / 1000.0,
-                    transactional_id=transactional_id,
-                    classification=blocking_classification(
-                        classification,
-                        late=txn_is_late and not txn_is_two_phase,
-                        orphaned=txn_is_orphaned,
-                        two_phase=txn_is_two_phase,
-                    ),
-                    late=txn_is_late and not txn_is_two_phase,
-                    blocked_groups=blocked,
-                    blocked_groups_unknown=blocked_unknown,
-                    application=application,
-                )
-            )
-        if txn_is_two_phase:
-            # Its own kind: never late or hanging by Kafka's timeout (an external coordinator
-            # owns it), stuck only past the cluster's two_phase_late_seconds.
-            v.two_phase.append(
-                TwoPhaseTransaction(
-                    transaction=txn,
-                    age_seconds=age_ms / 1000.0,
-                    transactional_id=transactional_id,
-                    stuck=age_ms > two_phase_late_ms,
-                    application=application,
-                )
-            )
-            continue
-        if txn_is_orphaned:
-            v.orphaned.append(
-                OrphanedTransaction(
-                    transaction=txn,
-                    age_seconds=age_ms / 1000.0,
-                    transactional_id=transactional_id,
-                    untracked_polls=untracked_polls,
-                    late=txn_is_late,
-                    topic_compacted=obs.compacted_topics.get(txn.topic),
-                    blocked_groups=blocked,
-                    blocked_groups_unknown=blocked_unknown,
-                    application=application,
-                )
-            )
-            v.orphaned_partitions.add(tp)
-        elif txn.key in obs.untracked_unknown:
-            v.orphan_undecided_brokers.add(txn.leader_id)
-        if not txn_is_late:
-            continue
+        _record(v, txn, obs, limits, standing, classification, blocked, blocked_unknown)
+    return v
+
+
+def _standing(
+    txn: OpenTransaction,
+    obs: ClusterObservation,
+    limits: _Limits,
+    applications: Mapping[str, str],
+) -> _Standing:
+    untracked_polls = obs.untracked_polls.get(txn.key, 0)
+    orphaned = is_orphaned(untracked_polls)
+    two_phase = not orphaned and is_two_phase(txn, obs.transactional_ids, obs.descriptions)
+    late = limits.is_late(txn)
+    transactional_id = obs.transactional_ids.get(txn.producer_id, "")
+    old_enough = is_old_enough_for_groups(txn, limits.now_ms, limits.blocked_groups_min_age_ms)
+    return _Standing(
+        age_ms=transaction_age_ms(txn, limits.now_ms),
+        late=late,
+        orphaned=orphaned,
+        two_phase=two_phase,
+        untracked_polls=untracked_polls,
+        transactional_id=transactional_id,
+        application=applications.get(transactional_id, ""),
+        looked_at=old_enough or (not two_phase and (late or orphaned)),
+    )
+
+
+def _count_partition(v: TransactionVerdicts, txn: OpenTransaction, age_ms: int) -> None:
+    """The per-partition facts every open transaction feeds: its oldest age, its leader."""
+    source = txn.start_time_source.value
+    v.by_source[source] = v.by_source.get(source, 0) + 1
+    tp = TopicPartition(txn.topic, txn.partition)
+    if age_ms > v.max_age_ms.get(tp, -1):
+        v.max_age_ms[tp] = age_ms
+    v.leader_of.setdefault(tp, txn.leader_id)
+
+
+def _read_blocked_groups(
+    v: TransactionVerdicts,
+    txn: OpenTransaction,
+    obs: ClusterObservation,
+    committed_index: CommittedByPartition,
+) -> tuple[tuple[BlockedGroup, ...], str | None]:
+    """The groups `txn` blocks, or why they are unknown (counted by reason)."""
+    blocked, why = blocked_groups(txn, obs, committed_index)
+    if why is None:
+        return blocked, None
+    reason = why.value
+    v.blocked_unknown_by_reason[reason] = v.blocked_unknown_by_reason.get(reason, 0) + 1
+    return blocked, reason
+
+
+def _record(
+    v: TransactionVerdicts,
+    txn: OpenTransaction,
+    obs: ClusterObservation,
+    limits: _Limits,
+    s: _Standing,
+    classification: Classification | None,
+    blocked: tuple[BlockedGroup, ...],
+    blocked_unknown: str | None,
+) -> None:
+    """The records one transaction makes: blocking where looked at; then two-phase (its own
+    kind: never late or hanging by Kafka's timeout, an external coordinator owns it; stuck
+    only past the cluster's two_phase_late_seconds), or orphaned and late. `classification`
+    is given where the transaction is late or looked at."""
+    age_seconds = s.age_ms / 1000.0
+    tp = TopicPartition(txn.topic, txn.partition)
+    late = s.late and not s.two_phase
+    if s.looked_at:
         assert classification is not None
-        v.late.append(
-            LateTransaction(
+        v.blocking.append(
+            BlockingTransaction(
                 transaction=txn,
-                age_seconds=age_ms / 1000.0,
-                classification=classification,
-                transactional_id=transactional_id,
+                age_seconds=age_seconds,
+                transactional_id=s.transactional_id,
+                classification=blocking_classification(
+                    classification, late=late, orphaned=s.orphaned, two_phase=s.two_phase
+                ),
+                late=late,
+                blocked_groups=blocked,
+                blocked_groups_unknown=blocked_unknown,
+                application=s.application,
+            )
+        )
+    if s.two_phase:
+        v.two_phase.append(
+            TwoPhaseTransaction(
+                transaction=txn,
+                age_seconds=age_seconds,
+                transactional_id=s.transactional_id,
+                stuck=s.age_ms > limits.two_phase_late_ms,
+                application=s.application,
+            )
+        )
+        return
+    if s.orphaned:
+        v.orphaned.append(
+            OrphanedTransaction(
+                transaction=txn,
+                age_seconds=age_seconds,
+                transactional_id=s.transactional_id,
+                untracked_polls=s.untracked_polls,
+                late=s.late,
                 topic_compacted=obs.compacted_topics.get(txn.topic),
                 blocked_groups=blocked,
                 blocked_groups_unknown=blocked_unknown,
-                application=application,
+                application=s.application,
             )
         )
-        v.late_partitions.add(tp)
-        if classification is Classification.HANGING:
-            v.hanging_partitions.add(tp)
-        elif classification is Classification.UNKNOWN:
-            v.undecided_brokers.add(txn.leader_id)
-    return v
+        v.orphaned_partitions.add(tp)
+    elif txn.key in obs.untracked_unknown:
+        v.orphan_undecided_brokers.add(txn.leader_id)
+    if not s.late:
+        return
+    assert classification is not None
+    v.late.append(
+        LateTransaction(
+            transaction=txn,
+            age_seconds=age_seconds,
+            classification=classification,
+            transactional_id=s.transactional_id,
+            topic_compacted=obs.compacted_topics.get(txn.topic),
+            blocked_groups=blocked,
+            blocked_groups_unknown=blocked_unknown,
+            application=s.application,
+        )
+    )
+    v.late_partitions.add(tp)
+    if classification is Classification.HANGING:
+        v.hanging_partitions.add(tp)
+    elif classification is Classification.UNKNOWN:
+        v.undecided_brokers.add(txn.leader_id)
 
 
 def broker_summaries(
