@@ -27,7 +27,7 @@ from collections.abc import Callable
 from exporter.collect.broker_config import BrokerConfigReader
 from exporter.collect.client import ClusterClient, MetadataView
 from exporter.collect.connection import CollectError
-from exporter.collect.coordinators import CoordinatorReader
+from exporter.collect.coordinators import CoordinatorReader, CoordinatorView
 from exporter.collect.driver import Driver
 from exporter.collect.groups import ConsumerGroupReader
 from exporter.collect.loop import run as run_on_loop
@@ -42,6 +42,7 @@ from exporter.model import (
     BrokerStatus,
     Classification,
     ClusterObservation,
+    ConsumerGroupOffsets,
     OpenTransaction,
     PollFocus,
     PollPhase,
@@ -144,29 +145,12 @@ class ClusterPoller:
 
     async def _poll(self, focus: PollFocus) -> ClusterObservation:
         started = time.monotonic()
-        client = self._client
-        client.begin_poll()
+        self._client.begin_poll()
         state = PollState(now_ms=self._clock_ms())
         try:
             meta, refreshed = await state.timed(PollPhase.METADATA, self._metadata())
         except CollectError as exc:
-            self._metadata_stale = MetadataRefresh.START
-            self.metadata_error = exc
-            log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
-            state.error(-1, "Metadata", exc.kind)
-            return ClusterObservation(
-                cluster=self.settings.name,
-                observed_at_ms=state.now_ms,
-                brokers=(),
-                leaders={},
-                open_transactions=(),
-                metadata_answered=False,
-                coordinator_view_complete=False,
-                transaction_states=None,
-                request_errors=tuple(state.request_errors),
-                poll_duration_seconds=time.monotonic() - started,
-                poll_phase_seconds=state.phase_seconds,
-            )
+            return self._metadata_failed(exc, state, started)
         self.metadata_error = None
         state.unobserved.update(meta.leaderless)
 
@@ -180,61 +164,15 @@ class ClusterPoller:
             timed(PollPhase.START_TIMES, self._start_times.resolve(meta, state)),
             timed(PollPhase.LIST_OFFSETS, self._lso.read(meta, state)),
         )
-        late = self._late_rule(state.now_ms)
-        seen_before = focus.describe
-        min_age_ms = blocked_groups_min_age_ms(self.settings)
-        now_ms = state.now_ms
-
-        def old_enough(txn: OpenTransaction) -> bool:
-            return is_old_enough_for_groups(txn, now_ms, min_age_ms)
-
-        def ask(txn: OpenTransaction) -> bool:
-            # A transaction seen open only once costs nothing: most end before the next poll.
-            # One old enough to block consumers is asked at once (its classification is shown
-            # with the groups it blocks, also on the first poll after a start).
-            return (
-                txn.key in seen_before
-                or late(txn)
-                or old_enough(txn)
-                or (self._also_ask is not None and self._also_ask(txn))
-            )
-
         coordinator_view = await timed(
             PollPhase.DESCRIBE_TRANSACTIONS,
-            self._coordinators.view(listed, open_txns, ask, meta, state),
+            self._coordinators.view(
+                listed, open_txns, self._worth_describing(focus, state.now_ms), meta, state
+            ),
         )
         self._start_times.evict_closed(state, meta)
-
-        def untracked_again(txn: OpenTransaction) -> bool:
-            # Orphaned by this poll's answer (the tracker decides; this only chooses what to
-            # read): its topic's config and its groups are read as a late one's are.
-            return (
-                txn.key in focus.orphaned_if_untracked
-                and txn.key in seen_before
-                and classify(
-                    txn,
-                    coordinator_view.transactional_ids,
-                    coordinator_view.descriptions,
-                    coordinator_view.complete,
-                ) is Classification.HANGING
-            )
-
-        # Only behind late or orphaned transactions: compacted topics; behind those and any
-        # old enough to block consumers (a lingering one, not late): blocked groups. While no
-        # transaction is that old, nothing more is read.
-        affected = [*filter(late, open_txns), *filter(untracked_again, open_txns)]
-        to_look_at, not_comparable = _blocked_group_candidates(
-            [*affected, *filter(old_enough, open_txns)], offsets
-        )
-        compacted_topics, group_offsets = await asyncio.gather(
-            timed(
-                PollPhase.TOPIC_CONFIGS,
-                self._topic_config.compacted({t.topic for t in affected}, meta, state),
-            ),
-            timed(
-                PollPhase.CONSUMER_GROUPS,
-                self._groups.read(to_look_at, not_comparable, meta, state),
-            ),
+        compacted_topics, group_offsets = await self._read_behind_affected(
+            focus, open_txns, offsets, coordinator_view, meta, state
         )
 
         self._metadata_stale = stale_after(
@@ -265,6 +203,99 @@ class ClusterPoller:
             last_stable_offsets=offsets.last_stable_offsets,
             consumer_groups=group_offsets,
         )
+
+    def _metadata_failed(
+        self, exc: CollectError, state: PollState, started: float
+    ) -> ClusterObservation:
+        """No Metadata answer: nothing is known of the cluster this poll (up 0)."""
+        self._metadata_stale = MetadataRefresh.START
+        self.metadata_error = exc
+        log.warning("metadata_failed", cluster=self.settings.name, error=str(exc))
+        state.error(-1, "Metadata", exc.kind)
+        return ClusterObservation(
+            cluster=self.settings.name,
+            observed_at_ms=state.now_ms,
+            brokers=(),
+            leaders={},
+            open_transactions=(),
+            metadata_answered=False,
+            coordinator_view_complete=False,
+            transaction_states=None,
+            request_errors=tuple(state.request_errors),
+            poll_duration_seconds=time.monotonic() - started,
+            poll_phase_seconds=state.phase_seconds,
+        )
+
+    def _worth_describing(
+        self, focus: PollFocus, now_ms: int
+    ) -> Callable[[OpenTransaction], bool]:
+        """Which open transactions the coordinator is asked about. One seen open only once
+        costs nothing: most end before the next poll. One late, or old enough to block
+        consumers, is asked at once (its classification is shown with the groups it blocks,
+        also on the first poll after a start)."""
+        late = self._late_rule(now_ms)
+        seen_before = focus.describe
+        min_age_ms = blocked_groups_min_age_ms(self.settings)
+        also_ask = self._also_ask
+
+        def ask(txn: OpenTransaction) -> bool:
+            return (
+                txn.key in seen_before
+                or late(txn)
+                or is_old_enough_for_groups(txn, now_ms, min_age_ms)
+                or (also_ask is not None and also_ask(txn))
+            )
+
+        return ask
+
+    async def _read_behind_affected(
+        self,
+        focus: PollFocus,
+        open_txns: list[OpenTransaction],
+        offsets: StableOffsets,
+        coordinator_view: CoordinatorView,
+        meta: MetadataView,
+        state: PollState,
+    ) -> tuple[dict[str, bool], ConsumerGroupOffsets | None]:
+        """Only behind late or orphaned transactions: their topics' compaction; behind those
+        and any old enough to block consumers (a lingering one, not late): the blocked
+        groups. While no transaction is that old, nothing more is read."""
+        late = self._late_rule(state.now_ms)
+        now_ms = state.now_ms
+        min_age_ms = blocked_groups_min_age_ms(self.settings)
+
+        def untracked_again(txn: OpenTransaction) -> bool:
+            # Orphaned by this poll's answer (the tracker decides; this only chooses what to
+            # read): its topic's config and its groups are read as a late one's are.
+            return (
+                txn.key in focus.orphaned_if_untracked
+                and txn.key in focus.describe
+                and classify(
+                    txn,
+                    coordinator_view.transactional_ids,
+                    coordinator_view.descriptions,
+                    coordinator_view.complete,
+                ) is Classification.HANGING
+            )
+
+        affected = [*filter(late, open_txns), *filter(untracked_again, open_txns)]
+        old_enough = [
+            t for t in open_txns if is_old_enough_for_groups(t, now_ms, min_age_ms)
+        ]
+        to_look_at, not_comparable = _blocked_group_candidates(
+            [*affected, *old_enough], offsets
+        )
+        compacted_topics, group_offsets = await asyncio.gather(
+            state.timed(
+                PollPhase.TOPIC_CONFIGS,
+                self._topic_config.compacted({t.topic for t in affected}, meta, state),
+            ),
+            state.timed(
+                PollPhase.CONSUMER_GROUPS,
+                self._groups.read(to_look_at, not_comparable, meta, state),
+            ),
+        )
+        return compacted_topics, group_offsets
 
     async def _metadata(self) -> tuple[MetadataView, MetadataRefresh | None]:
         """The previous poll's Metadata answer while nothing says it changed and it is younger
