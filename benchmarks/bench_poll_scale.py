@@ -15,10 +15,13 @@ Processes:
   does, so the poller's peak RSS (VmHWM) is that of one poll. After the last poll, the
   pure-Python floor in the same process: each partition of the poll's mapping read once into
   a row; the warm poll's CPU is printed against it.
-With `--sim-baseline-tree DIR` the same is measured against the simulator of another checkout
-(e.g. `git archive` of main before a change), in the same run: ratio = this / baseline.
+With `--baseline-tree DIR` the poller of another checkout (e.g. `git archive` of main before a
+change, with its own copy of this script) polls the same simulator in the same run, the runs
+interleaved `--repeat` times: ratio = this / baseline. With `--sim-baseline-tree DIR` the same
+is measured against the simulator of another checkout.
 
 Run: python benchmarks/bench_poll_scale.py [--brokers 100] [--partitions 1000000] [--polls 4]
+     python benchmarks/bench_poll_scale.py --baseline-tree DIR [--repeat 2]
      python benchmarks/bench_poll_scale.py --sim-baseline-tree DIR [--baseline-polls 2]
 """
 
@@ -32,6 +35,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +101,7 @@ def _pure_python_floor_seconds(leaders: Any) -> float:
 def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
     import structlog
 
+    import exporter
     from exporter.analyze import analyze
     from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
@@ -133,6 +138,7 @@ def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
         del observation  # the daemon keeps only the published snapshot between polls
     poller.close()
     return {
+        "exporter_from": str(Path(exporter.__file__).resolve().parent.parent),
         "request_timeout_seconds": settings.request_timeout_seconds,
         "floor_cpu_seconds": round(floor, 4),
         "polls": records,
@@ -140,8 +146,24 @@ def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
     }
 
 
+def _summarize(result: dict[str, Any]) -> dict[str, Any]:
+    warm = result["polls"][1:] or result["polls"]
+    for key in ("wall_seconds", "cpu_seconds", "sim_cpu_seconds"):
+        result[f"warm_median_{key}"] = round(statistics.median(p[key] for p in warm), 3)
+    result["lost_requests_total"] = sum(p["lost_requests"] for p in result["polls"])
+    if result["floor_cpu_seconds"] > 0:
+        result["warm_cpu_vs_floor"] = round(
+            result["warm_median_cpu_seconds"] / result["floor_cpu_seconds"], 2)
+    return result
+
+
 def measure(brokers: int, partitions: int, latency_ms: int, polls: int,
-            sim_tree: Path | None) -> dict[str, Any]:
+            sim_tree: Path | None,
+            poller_scripts: Sequence[tuple[str, Path]] = (("this", SCRIPT),),
+            repeat: int = 1) -> dict[str, list[dict[str, Any]]]:
+    """Each poller (name, the bench script of its checkout, which imports that checkout's
+    exporter) polls the same simulator `repeat` times, in an order that rotates so that a
+    change of load hits every side alike."""
     env_tree = None if sim_tree is None else str(sim_tree.resolve() / "simulator")
     old = os.environ.get("PYTHONPATH")
     if env_tree is not None:  # the sim child imports kafka_sim from that tree
@@ -157,25 +179,25 @@ def measure(brokers: int, partitions: int, latency_ms: int, polls: int,
                 del os.environ["PYTHONPATH"]
             else:
                 os.environ["PYTHONPATH"] = old
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in poller_scripts}
+    sides = list(poller_scripts)
     try:
-        result = common.run_child(
-            SCRIPT, ["poller", "--bootstrap", sim["bootstrap"], "--sim-pid", str(sim["pid"]),
-                     "--polls", str(polls)], timeout_seconds=1800)
+        for i in range(repeat):
+            for name, script in sides[i % len(sides):] + sides[:i % len(sides)]:
+                result = common.run_child(
+                    script, ["poller", "--bootstrap", sim["bootstrap"],
+                             "--sim-pid", str(sim["pid"]), "--polls", str(polls)],
+                    timeout_seconds=1800)
+                result["sim"] = sim
+                runs[name].append(_summarize(result))
     finally:
         serving.__exit__(None, None, None)
-    result["sim"] = sim
-    warm = result["polls"][1:] or result["polls"]
-    for key in ("wall_seconds", "cpu_seconds", "sim_cpu_seconds"):
-        result[f"warm_median_{key}"] = round(statistics.median(p[key] for p in warm), 3)
-    result["lost_requests_total"] = sum(p["lost_requests"] for p in result["polls"])
-    if result["floor_cpu_seconds"] > 0:
-        result["warm_cpu_vs_floor"] = round(
-            result["warm_median_cpu_seconds"] / result["floor_cpu_seconds"], 2)
-    return result
+    return runs
 
 
 def _print(label: str, r: dict[str, Any]) -> None:
-    print(f"\n{label}: simulator from {r['sim']['kafka_sim_from']}, started in "
+    print(f"\n{label}: exporter from {r.get('exporter_from', '-')}, simulator from "
+          f"{r['sim']['kafka_sim_from']}, started in "
           f"{r['sim']['startup_seconds']} s, first full Metadata before the polls "
           f"{r['sim']['first_metadata_seconds']} s; request timeout "
           f"{r['request_timeout_seconds']} s")
@@ -203,6 +225,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sim-baseline-tree", type=Path,
                         help="also measure against the simulator of this checkout")
     parser.add_argument("--baseline-polls", type=int, default=2)
+    parser.add_argument("--baseline-tree", type=Path,
+                        help="also poll with the exporter of this checkout (e.g. `git archive` "
+                             "of main before a change) against the same simulator, interleaved")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each poller with --baseline-tree (order rotates)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=("poller",), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -220,19 +247,37 @@ def main(argv: list[str]) -> int:
         "bench": "poll_scale", "machine": machine, "brokers": args.brokers,
         "partitions": args.partitions, "latency_ms": args.latency_ms,
     }
-    this = measure(args.brokers, args.partitions, args.latency_ms, args.polls, None)
+    sides: list[tuple[str, Path]] = [("this", SCRIPT)]
+    if args.baseline_tree is not None:
+        sides.append(("baseline", args.baseline_tree.resolve() / "benchmarks" / SCRIPT.name))
+    runs = measure(args.brokers, args.partitions, args.latency_ms, args.polls, None, sides,
+                   args.repeat)
+    for name, records in runs.items():
+        for i, record in enumerate(records):
+            _print(f"{name} tree, run {i + 1}", record)
+    this = runs["this"][0]
     summary["this"] = this
-    _print("this tree", this)
+    if args.baseline_tree is not None:
+        summary["runs"] = runs
+        for key in ("wall_seconds", "sim_cpu_seconds", "cpu_seconds"):
+            mine = statistics.median(r[f"warm_median_{key}"] for r in runs["this"])
+            theirs = statistics.median(r[f"warm_median_{key}"] for r in runs["baseline"])
+            summary[f"ratio_exporter_warm_{key}"] = common.ratio(mine, theirs)
+        print(f"  ratios this/baseline exporter (warm medians over {args.repeat} runs each): "
+              f"wall {summary['ratio_exporter_warm_wall_seconds']}, sim CPU "
+              f"{summary['ratio_exporter_warm_sim_cpu_seconds']}, poller CPU "
+              f"{summary['ratio_exporter_warm_cpu_seconds']}")
     if args.sim_baseline_tree is not None:
         base = measure(args.brokers, args.partitions, args.latency_ms, args.baseline_polls,
-                       args.sim_baseline_tree)
+                       args.sim_baseline_tree)["this"][0]
         summary["baseline"] = base
         _print("baseline simulator", base)
         for key in ("wall_seconds", "sim_cpu_seconds", "cpu_seconds"):
             summary[f"ratio_warm_{key}"] = common.ratio(
                 this[f"warm_median_{key}"], base[f"warm_median_{key}"])
-        print(f"  ratios this/baseline (warm medians): wall {summary['ratio_warm_wall_seconds']}"
-              f", sim CPU {summary['ratio_warm_sim_cpu_seconds']}, poller CPU "
+        print(f"  ratios this/baseline simulator (warm medians): wall "
+              f"{summary['ratio_warm_wall_seconds']}, sim CPU "
+              f"{summary['ratio_warm_sim_cpu_seconds']}, poller CPU "
               f"{summary['ratio_warm_cpu_seconds']}")
     worst_wall = max(p["wall_seconds"] for p in this["polls"])
     summary.update(

@@ -332,6 +332,32 @@ def test_bench_poll_scale_tiny_polls_without_lost_requests_against_both_simulato
     assert "targets: zero lost True" in stdout
 
 
+def test_bench_poll_scale_polls_with_a_baseline_exporter_tree_in_the_same_run(
+    tmp_path: Path,
+) -> None:
+    # The baseline tree is this checkout's exporter and benchmarks copied aside.
+    import shutil
+
+    for part in ("exporter", "benchmarks"):
+        shutil.copytree(REPO_ROOT / part, tmp_path / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    stdout, results = _run(
+        "bench_poll_scale.py", "--brokers", "2", "--partitions", "300", "--polls", "2",
+        "--baseline-tree", str(tmp_path), "--repeat", "2",
+    )
+    (s,) = results
+    runs = s["runs"]
+    assert [len(runs["this"]), len(runs["baseline"])] == [2, 2]
+    assert {r["exporter_from"] for r in runs["baseline"]} == {str(tmp_path.resolve())}
+    assert {r["exporter_from"] for r in runs["this"]} == {str(REPO_ROOT.resolve())}
+    for side in ("this", "baseline"):
+        for run in runs[side]:
+            assert all(p["partitions"] >= 300 and p["lost_requests"] == 0 for p in run["polls"])
+    ratio = s["ratio_exporter_warm_cpu_seconds"]
+    assert ratio is None or (isinstance(ratio, float) and ratio >= 0)
+    assert "ratios this/baseline exporter" in stdout
+
+
 def test_bench_blocked_groups_tiny_counts_no_group_request_without_late_transactions() -> None:
     stdout, results = _run("bench_blocked_groups.py", "--late", "0", "3", "--partitions", "20",
                            "--open", "2", "--groups", "2", "--repeat", "1")
