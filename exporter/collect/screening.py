@@ -11,7 +11,9 @@ docs/kafka-semantics.md#fetch-sessions): a READ_COMMITTED Fetch at each partitio
 known HW, with no bytes allowed, whose answer leaves out every partition whose HW and log
 start offset did not move since the session's last answer. The LSO moves only with them, so
 an idle partition costs nothing after the first answer. A partition the session does not
-know yet (its first poll, or after an error) is read with the two ListOffsets instead.
+know yet (its first poll, or after an error) is read with the two ListOffsets instead. Each
+exchange runs on the admin driver (`collect.apis.fetch`); the session's state and what its
+answers mean stay here.
 
 A partition is "clear" only when its offsets were read without error and LSO == HW; every
 other partition (LSO < HW, an error, left out of a full answer, a failed request, an
