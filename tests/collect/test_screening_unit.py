@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from exporter.collect import screening
 from exporter.collect.apis import fetch, list_offsets
@@ -235,11 +236,15 @@ def test_a_partition_answered_with_an_error_is_read_afresh_and_kept_by_its_sessi
 
 def test_a_leader_without_fetch_sessions_is_read_with_list_offsets_and_not_counted() -> None:
     """Fetch before v7 holds no session: the broker's release, not a failure. Every poll its
-    partitions are read with the two ListOffsets, and nothing is counted as a request error."""
+    partitions are read with the two ListOffsets, nothing is counted as a request error, and
+    the broker is logged once, not every poll."""
     screen, client = warm_screen(
         lambda sent: (UnsupportedApi("Fetch v6: no sessions before v7"), 0))
+    logged: list[dict[str, Any]] = []
     for _ in range(2):
-        result, errors = poll(screen, {T: [0, 1, 2]})
+        with structlog.testing.capture_logs() as logs:
+            result, errors = poll(screen, {T: [0, 1, 2]})
+        logged += [e for e in logs if e["event"] == "api_not_supported_by_broker"]
         assert errors == []
         assert result.ask == {1: {T: [2]}}
         assert result.offsets == {TopicPartition(T, 2): screening.Offsets(30, 25)}
@@ -248,3 +253,4 @@ def test_a_leader_without_fetch_sessions_is_read_with_list_offsets_and_not_count
         assert sorted(s for s in client.sent if not isinstance(s, FetchSent)) == [
             0, READ_COMMITTED]
         client.sent.clear()
+    assert [(e["broker_id"], e["api"]) for e in logged] == [(1, "Fetch sessions")]  # once
