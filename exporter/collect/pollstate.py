@@ -23,6 +23,7 @@ _SINCE_KAFKA = {
     "ListTransactions": "3.0",
     "DescribeTransactions": "3.0",
     "DescribeCluster": "2.8",
+    "Fetch sessions": "1.1",
 }
 
 

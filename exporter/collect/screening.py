@@ -11,7 +11,9 @@ docs/kafka-semantics.md#fetch-sessions): a READ_COMMITTED Fetch at each partitio
 known HW, with no bytes allowed, whose answer leaves out every partition whose HW and log
 start offset did not move since the session's last answer. The LSO moves only with them, so
 an idle partition costs nothing after the first answer. A partition the session does not
-know yet (its first poll, or after an error) is read with the two ListOffsets instead.
+know yet (its first poll, or after an error) is read with the two ListOffsets instead. Each
+exchange runs on the admin driver (`collect.apis.fetch`); the session's state and what its
+answers mean stay here.
 
 A partition is "clear" only when its offsets were read without error and LSO == HW; every
 other partition (LSO < HW, an error, left out of a full answer, a failed request, an
@@ -29,29 +31,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
-
-from exporter.collect.client import READ_COMMITTED, ClusterClient
-from exporter.collect.connection import BrokerConnection, CollectError, UnsupportedApi
-from exporter.collect.errors import INCONSISTENT_ANSWER, MISSING_FROM_ANSWER, error_name
-from exporter.collect.fastdecode import lean
+from exporter.collect.apis.fetch import FetchSessionExchange, SessionRequest, next_epoch
+from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.driver import Driver, EveryBroker
+from exporter.collect.errors import MISSING_FROM_ANSWER, error_name
 from exporter.collect.lso import StableOffsets, read_stable_offsets
-from exporter.collect.pollstate import PollState
+from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.model import TopicPartition
-
-_DECODE_FETCH = lean(FetchResponse)
 
 ByLeader = Mapping[int, Mapping[str, Sequence[int]]]
 
-FETCH_SESSION_MIN_VERSION = 7
-"""Fetch v7 (Kafka 1.1, KIP-227) is the first with sessions."""
-FETCH_SESSION_MAX_VERSION = 12
-"""v13+ names topics by id only; the session names them (every supported Kafka offers v12)."""
-SESSION_ERRORS = frozenset({70, 71, 106})
-"""FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR: the
-broker no longer holds the session as the exporter does; a full fetch starts a new one."""
 INVALID_OFFSET = "INVALID_OFFSET"
 """An LSO past the HW, or a negative offset: never used as true."""
+_NO_VIEW = MetadataView(brokers={}, leaders={}, by_leader={}, topic_ids={})
+"""Each leader's session is asked of that leader (`EveryBroker`): no Metadata is read."""
+_EVERY_BROKER = EveryBroker()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +103,16 @@ class _Leader:
     to_forget: set[TopicPartition] = field(default_factory=set)
     """Partitions the session holds that are no longer screened here: removed next request."""
 
+    def next_request(self) -> SessionRequest:
+        """Full (epoch 0): every partition with offsets, at its HW; else what moved or
+        joined, and what left."""
+        if self.epoch == 0:
+            send = {tp: offsets.high_watermark for tp, offsets in self.offsets.items()}
+            return SessionRequest(self.session_id, 0, send, [])
+        return SessionRequest(
+            self.session_id, self.epoch, dict(self.to_send), sorted(self.to_forget)
+        )
+
     def reset(self) -> None:
         self.epoch = 0
         self.held = {}
@@ -133,16 +137,13 @@ class _Leader:
             self.cold.add(tp)
 
 
-def next_epoch(epoch: int) -> int:
-    """Kafka's FetchMetadata.nextEpoch for a live session: +1, wrapping to 1."""
-    return 1 if epoch >= 2**31 - 1 else epoch + 1
-
-
 class Screen:
     """Screening for one cluster: per leader, its partitions' offsets and fetch session."""
 
     def __init__(self, client: ClusterClient) -> None:
         self._client = client
+        self._driver = Driver(client, ApiSupportLog(client.settings.name))
+        """Its own support log: a leader without sessions is logged once per Screen."""
         self._leaders: dict[int, _Leader] = {}
         self._by_leader: ByLeader | None = None
 
@@ -216,51 +217,17 @@ class Screen:
     ) -> bool:
         """Screen the leader's partitions with offsets through its session; False when the
         broker cannot hold one (Fetch older than v7), so that ListOffsets reads them."""
-        retried = False
-        doubted: set[TopicPartition] = set()
-        """Partitions named by an answer that contradicted its request."""
-        while True:
-            full = at.epoch == 0
-            if full:
-                send = {tp: offsets.high_watermark for tp, offsets in at.offsets.items()}
-                forget: list[TopicPartition] = []
-            else:
-                send = dict(at.to_send)
-                forget = sorted(at.to_forget)
-            try:
-                response = await self._client.send(
-                    leader, _session_request(at, send, forget), _DECODE_FETCH
-                )
-            except UnsupportedApi:
-                at.reset()
-                return False
-            except CollectError as exc:
-                state.error(leader, "Fetch", exc.kind)
-                self._in_doubt(leader, at, result, reported)
-                return True
-            if response.error_code in SESSION_ERRORS and not retried:
-                state.error(leader, "Fetch", error_name(response.error_code))
-                at.reset()
-                retried = True
-                continue
-            if response.error_code:
-                state.error(leader, "Fetch", error_name(response.error_code))
-                self._in_doubt(leader, at, result, reported)
-                return True
-            contradicting = _contradictions(at, full, response)
-            if contradicting is not None:
-                # Proves nothing: a new session, in full, at once (once per poll).
-                state.error(leader, "Fetch", INCONSISTENT_ANSWER)
-                doubted.update(contradicting)
-                at.reset()
-                if not retried:
-                    retried = True
-                    continue
-                self._in_doubt(leader, at, result, reported)
-                return True
-            self._answered(leader, at, send, forget, full, response, state, result, reported)
-            self._ask(leader, at, doubted, result, reported)
+        exchange = FetchSessionExchange(at)
+        await self._driver.run(exchange, _EVERY_BROKER, [leader], _NO_VIEW, state, attempts=2)
+        if exchange.unsupported:
+            return False
+        sent = exchange.sent
+        if exchange.answer is None or sent is None:
+            self._in_doubt(leader, at, result, reported)
             return True
+        self._answered(leader, at, sent, exchange.answer, state, result, reported)
+        self._ask(leader, at, exchange.doubted, result, reported)
+        return True
 
     @staticmethod
     def _ask(
@@ -285,10 +252,10 @@ class Screen:
         reported.update(at.offsets)  # nothing "unchanged" this poll
 
     def _answered(
-        self, leader: int, at: _Leader, send: dict[TopicPartition, int],
-        forget: list[TopicPartition], full: bool, response: Any, state: PollState,
-        result: ScreenResult, reported: set[TopicPartition],
+        self, leader: int, at: _Leader, sent: SessionRequest, response: Any,
+        state: PollState, result: ScreenResult, reported: set[TopicPartition],
     ) -> None:
+        send, forget, full = sent.send, sent.forget, sent.full
         held = at.held
         new = send if full else {tp: o for tp, o in send.items() if tp not in held}
         broken = False
@@ -363,69 +330,3 @@ class Screen:
                 result.add(leader, tp)
             else:
                 at.read(tp, Offsets(hw, read.last_stable_offsets[tp]))
-
-
-def _contradictions(at: _Leader, full: bool, response: Any) -> set[TopicPartition] | None:
-    """None when the answer can be the one to the request; else the partitions it names (it
-    lists a partition twice, or answers an incremental request with another session's id; 0
-    is the broker closing a session the request left empty)."""
-    named: set[TopicPartition] = set()
-    twice = False
-    for topic in response.responses:
-        for part in topic.partitions:
-            tp = TopicPartition(topic.topic, part.partition_index)
-            twice = twice or tp in named
-            named.add(tp)
-    if twice or (not full and response.session_id not in (0, at.session_id)):
-        return named
-    return None
-
-
-def _session_request(
-    session: _Leader, send: dict[TopicPartition, int], forget: list[TopicPartition]
-) -> Any:
-    """Fetch READ_COMMITTED at each partition's last known HW with no bytes allowed (records
-    come back only when committed data passed that HW, and then only the first partition's
-    first batch: KIP-74), without waiting."""
-    by_topic: dict[str, list[Any]] = {}
-    for tp, offset in send.items():
-        by_topic.setdefault(tp.topic, []).append(
-            FetchRequest.FetchTopic.FetchPartition(
-                partition=tp.partition,
-                current_leader_epoch=-1,
-                fetch_offset=offset,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
-                partition_max_bytes=0,
-            )
-        )
-    forgotten: dict[str, list[int]] = {}
-    for tp in forget:
-        forgotten.setdefault(tp.topic, []).append(tp.partition)
-    session_id, epoch = session.session_id, session.epoch
-
-    def build(connection: BrokerConnection) -> Any:
-        version = connection.version_for(FetchRequest, max_version=FETCH_SESSION_MAX_VERSION)
-        if version < FETCH_SESSION_MIN_VERSION:
-            raise UnsupportedApi(f"Fetch v{version}: no sessions before v7")
-        return FetchRequest(
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=0,
-            isolation_level=READ_COMMITTED,
-            session_id=session_id,
-            session_epoch=epoch,
-            topics=[
-                FetchRequest.FetchTopic(topic=topic, partitions=partitions)
-                for topic, partitions in by_topic.items()
-            ],
-            forgotten_topics_data=[
-                FetchRequest.ForgottenTopic(topic=topic, partitions=partitions)
-                for topic, partitions in forgotten.items()
-            ],
-            rack_id="",
-            version=version,
-        )
-
-    return build

@@ -20,7 +20,7 @@ from kafka_sim.seed import seed_producer_states
 from screening_probes import describe_producers_asked
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
-from exporter.collect import screening
+from exporter.collect.apis import fetch
 from exporter.collect.producers import TOO_LARGE_RETRY_MAX_POLLS
 from exporter.model import TopicPartition
 from exporter.observe import ClusterObserver
@@ -94,7 +94,7 @@ def test_every_answered_partition_screened_and_an_open_transaction_found(
 def session_answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[set[tuple[str, int]]]]:
     """The partitions each screening Fetch answer carried, one set per answer."""
     answers: list[set[tuple[str, int]]] = []
-    decode = screening._DECODE_FETCH
+    decode = fetch._DECODE_FETCH
 
     def counting(payload: bytes, version: int) -> Any:
         response = decode(payload, version)
@@ -102,7 +102,7 @@ def session_answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[set[tuple[
                         for p in t.partitions})
         return response
 
-    monkeypatch.setattr(screening, "_DECODE_FETCH", counting)
+    monkeypatch.setattr(fetch, "_DECODE_FETCH", counting)
     yield answers
 
 

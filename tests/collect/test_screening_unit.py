@@ -12,11 +12,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from exporter.collect import screening
-from exporter.collect.apis import list_offsets
+from exporter.collect.apis import fetch, list_offsets
 from exporter.collect.client import READ_COMMITTED
-from exporter.collect.connection import BrokerUnreachable
+from exporter.collect.connection import BrokerUnreachable, UnsupportedApi
 from exporter.collect.fastdecode import (
     FetchPartition,
     FetchTopic,
@@ -81,9 +82,8 @@ def plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(list_offsets, "list_offsets_request",
                         lambda partitions, isolation: isolation)
     monkeypatch.setattr(
-        screening, "_session_request",
-        lambda session, send, forget: FetchSent(session.session_id, session.epoch,
-                                                dict(send), list(forget)))
+        fetch, "fetch_session_request",
+        lambda sent: FetchSent(sent.session_id, sent.epoch, dict(sent.send), list(sent.forget)))
 
 
 def poll(screen: screening.Screen, asked: dict[str, list[int]]
@@ -232,3 +232,25 @@ def test_a_partition_answered_with_an_error_is_read_afresh_and_kept_by_its_sessi
     fetch = next(s for s in client.sent if isinstance(s, FetchSent))
     assert fetch.forget == []  # the broker answers it again after an error (KIP-227)
     assert 0 in [s for s in client.sent if not isinstance(s, FetchSent)]  # read afresh
+
+
+def test_a_leader_without_fetch_sessions_is_read_with_list_offsets_and_not_counted() -> None:
+    """Fetch before v7 holds no session: the broker's release, not a failure. Every poll its
+    partitions are read with the two ListOffsets, nothing is counted as a request error, and
+    the broker is logged once, not every poll."""
+    screen, client = warm_screen(
+        lambda sent: (UnsupportedApi("Fetch v6: no sessions before v7"), 0))
+    logged: list[dict[str, Any]] = []
+    for _ in range(2):
+        with structlog.testing.capture_logs() as logs:
+            result, errors = poll(screen, {T: [0, 1, 2]})
+        logged += [e for e in logs if e["event"] == "api_not_supported_by_broker"]
+        assert errors == []
+        assert result.ask == {1: {T: [2]}}
+        assert result.offsets == {TopicPartition(T, 2): screening.Offsets(30, 25)}
+        fetches = [s for s in client.sent if isinstance(s, FetchSent)]
+        assert [s.epoch for s in fetches] == [0]  # one try per poll, never a session
+        assert sorted(s for s in client.sent if not isinstance(s, FetchSent)) == [
+            0, READ_COMMITTED]
+        client.sent.clear()
+    assert [(e["broker_id"], e["api"]) for e in logged] == [(1, "Fetch sessions")]  # once

@@ -25,7 +25,8 @@ from realhelpers import (
 from screening_probes import describe_producers_asked
 from waits import wait_for
 
-from exporter.collect import producers, screening
+from exporter.collect import producers
+from exporter.collect.apis import fetch
 from exporter.model import Classification
 from exporter.observe import ClusterObserver
 
@@ -44,7 +45,7 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
             idempotent_write(real_kafka.bootstrap, topic, p)
     asked = describe_producers_asked(monkeypatch)
     answers: list[tuple[int, set[int]]] = []  # (session id, partitions of the topic)
-    decode = screening._DECODE_FETCH
+    decode = fetch._DECODE_FETCH
 
     def recording(payload: bytes, version: int) -> Any:
         response = decode(payload, version)
@@ -61,7 +62,7 @@ def test_screened_poll_asks_only_where_lso_is_below_hw_and_finds_the_transaction
         )
         return response
 
-    monkeypatch.setattr(screening, "_DECODE_FETCH", recording)
+    monkeypatch.setattr(fetch, "_DECODE_FETCH", recording)
     settings = cluster_settings(real_kafka, request_timeout_seconds=30.0)
     screened = ClusterObserver(settings)
     full = ClusterObserver(settings, screen_partitions=False)
@@ -135,7 +136,7 @@ def test_a_contradicting_session_answer_starts_a_new_session_in_the_same_poll(
     asked = describe_producers_asked(monkeypatch)
     answers: list[tuple[int, int, set[int]]] = []  # (session id, error, topic's partitions)
     spoil: list[bool] = [False]
-    decode = screening._DECODE_FETCH
+    decode = fetch._DECODE_FETCH
 
     def spoiling(payload: bytes, version: int) -> Any:
         response = decode(payload, version)
@@ -155,7 +156,7 @@ def test_a_contradicting_session_answer_starts_a_new_session_in_the_same_poll(
             for p in t.partitions}))
         return response
 
-    monkeypatch.setattr(screening, "_DECODE_FETCH", spoiling)
+    monkeypatch.setattr(fetch, "_DECODE_FETCH", spoiling)
     poller = ClusterObserver(cluster_settings(real_kafka, request_timeout_seconds=30.0))
     txn = None
     try:
