@@ -1,6 +1,6 @@
 """DescribeProducers (Kafka 2.8+, KIP-664) at each partition's leader: the producer states it
 keeps for each partition, with the first offset of each open transaction (reference
-find-hanging step 1).
+find-hanging step 2).
 
 Its batches are many (a few hundred partitions each) and are built once and reused while
 Metadata is unchanged, so the caller routes and builds them (`collect.producers`: which
