@@ -64,12 +64,9 @@ class _GcMeter:
 def _metadata_breakdown(bootstrap: str) -> dict[str, Any]:
     from kafka.protocol.metadata import MetadataRequest
 
+    from exporter.collect.apis.describe_producers import describe_producers_request
     from exporter.collect.apis.metadata import build_metadata_request, parse_metadata
-    from exporter.collect.client import (
-        ClusterClient,
-        batch_partitions,
-        describe_producers_request,
-    )
+    from exporter.collect.client import ClusterClient, batch_partitions
     from exporter.settings import ClusterSettings
 
     client = ClusterClient(

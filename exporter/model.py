@@ -58,7 +58,7 @@ TxnKey = tuple[str, int, int, int, int]
 @dataclass(frozen=True, slots=True)
 class ProducerEntry:
     """One DescribeProducers entry (a producer active on a partition), as its leader reported
-    it: the one record for it in serve, scan and abort (built by `collect.parse`).
+    it: the one record for it in serve, scan and abort (built by `collect.apis.describe_producers`).
 
     `current_txn_start_offset` >= 0 means a transaction is open from that offset; -1 none."""
 

@@ -1,6 +1,6 @@
 """The abort command's I/O: an admin session on its own event loop that reads a partition's
 state (Metadata, DescribeProducers, ListOffsets) and writes the ABORT marker. Answers are read
-by the same pure parsers as the daemon's (`exporter.collect.parse`)."""
+by the same pure parsers as the daemon's (`exporter.collect.apis`)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,14 @@ from typing import Any
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from exporter.abort.decide import WRITE_TXN_MARKERS_VERSION, marker_coordinator_epoch
-from exporter.collect.apis.list_offsets import list_offsets_request, parse_list_offsets
-from exporter.collect.client import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    ClusterClient,
+from exporter.collect.apis.describe_producers import (
     describe_producers_request,
+    parse_describe_producers,
 )
+from exporter.collect.apis.list_offsets import list_offsets_request, parse_list_offsets
+from exporter.collect.client import READ_COMMITTED, READ_UNCOMMITTED, ClusterClient
 from exporter.collect.connection import BrokerConnection, CollectError
 from exporter.collect.errors import TOPIC_AUTHORIZATION_FAILED, error_name
-from exporter.collect.parse import parse_describe_producers
 from exporter.model import ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
 

@@ -11,7 +11,6 @@ answer (docs/kafka-semantics.md#kafka-python-admin).
 from __future__ import annotations
 
 import asyncio
-import functools
 import struct
 import time
 import uuid
@@ -19,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.record.memory_records import MemoryRecords
@@ -39,12 +37,6 @@ from exporter.collect.connection import (
     parse_bootstrap,
 )
 from exporter.collect.fastdecode import Decoder, metadata_identity
-from exporter.collect.fastencode import (
-    DESCRIBE_PRODUCERS,
-    DESCRIBE_PRODUCERS_VERSIONS,
-    LeanRequest,
-    encode_describe_producers,
-)
 from exporter.collect.sasl.logins import make_login
 from exporter.model import FinalizedFeatures
 from exporter.settings import ClusterSettings
@@ -286,36 +278,6 @@ def batch_partitions(
     if current:
         batches.append(current)
     return batches
-
-
-def describe_producers_request(
-    batch: Sequence[tuple[str, Sequence[int]]],
-) -> Callable[[BrokerConnection], LeanRequest]:
-    """DescribeProducers for `batch`, written by `fastencode` (kafka-python's bytes). The body
-    is encoded once per version and kept: a builder reused for the next poll sends the same
-    bytes without encoding them again."""
-    bodies: dict[int, bytes] = {}
-
-    def body(version: int) -> bytes:
-        encoded = bodies.get(version)
-        if encoded is None:
-            encoded = bodies[version] = encode_describe_producers(batch, version)
-        return encoded
-
-    def build(connection: BrokerConnection) -> LeanRequest:
-        version = connection.version_for(
-            DescribeProducersRequest, max_version=DESCRIBE_PRODUCERS_VERSIONS[-1]
-        )
-        return LeanRequest(
-            api_key=DESCRIBE_PRODUCERS,
-            version=version,
-            flexible=True,
-            name=DescribeProducersRequest.name,
-            response_class=DescribeProducersResponse,
-            encode_body=functools.partial(body, version),
-        )
-
-    return build
 
 
 def fetch_request(

@@ -15,12 +15,18 @@ from the poll's Metadata). The `Driver` owns what each API used to write again:
   predates the API; the handler then says what it means for its keys (unknown, never "none");
 - the answer checked against its request: a key asked for and left out of the answer is counted
   `MISSING_FROM_ANSWER` and handed to the handler as left out, never read as "nothing there".
+
+An API whose batches are many and costly to build (DescribeProducers: one per few hundred
+partitions, kept between polls) routes and builds them itself and hands them over pre-built
+(`BatchHandler`, `BatchRun`): the driver then sends and accounts for them as above, with
+the keys left out of each answer named by the handler's parser rather than found by a walk
+over the batch, and re-routes once what the handler gives back (`FreshLeaderStrategy`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Hashable
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -37,6 +43,7 @@ from exporter.model import TopicPartition
 
 K = TypeVar("K", bound=Hashable)
 A = TypeVar("A")
+B = TypeVar("B")
 
 
 @dataclass(slots=True)
@@ -341,6 +348,170 @@ class PartitionLeaderStrategy:
                 unrouted.append(tp)
             else:
                 routes.setdefault(leader, []).append(tp)
+        return routes, unrouted
+
+    def forget(self, keys: Collection[TopicPartition]) -> None:
+        pass
+
+
+class BatchHandler(Generic[K, B, A]):
+    """One Kafka API whose caller routes its keys and builds its batches (`B`, each one
+    request to one broker): for an API whose batches are built once and reused while the
+    cluster is unchanged, where a walk over every key per poll would cost more than the
+    request (DescribeProducers at a million partitions). Run by `BatchRun`; the hooks are
+    those of `Handler`, given the batch instead of a list of its keys."""
+
+    api: str = ""
+    unsupported_name: str | None = None
+
+    def ask(self, client: ClusterClient, broker_id: int, batch: B) -> Awaitable[Any]:
+        """Send `batch` and await its answer, given to `parse`; a `CollectError` raised is
+        the batch's failed request."""
+        raise NotImplementedError
+
+    def parse(self, broker_id: int, batch: B, response: Any) -> tuple[A, Sequence[K]]:
+        """The answer read, and the keys of `batch` it leaves out (found by the parser's own
+        pass over the answer: the driver does not walk the batch)."""
+        raise NotImplementedError
+
+    def error_code(self, answer: A) -> int:
+        """The answer's top-level error code, for the APIs that have one."""
+        return int(NONE)
+
+    def handle(
+        self, broker_id: int, batch: B, answer: A, state: PollState, *, last: bool
+    ) -> Outcome[K]:
+        """Take the answer in; `last`: no attempt follows, so nothing is retried."""
+        raise NotImplementedError
+
+    def left_out(self, broker_id: int, keys: Sequence[K], state: PollState) -> Outcome[K]:
+        """Keys asked for and left out of the answer (already counted): unknown by default."""
+        return Outcome()
+
+    def failed(
+        self, broker_id: int, batch: B, error: CollectError, state: PollState, *, last: bool
+    ) -> Outcome[K]:
+        """The request failed (already counted or logged): its keys are unknown by default."""
+        return Outcome()
+
+    def unrouted(self, keys: list[K], state: PollState, error: CollectError | None) -> None:
+        """Keys given back and not asked again: no broker leads them (`error` None), or
+        looking their broker up failed (`error`, counted by the strategy)."""
+
+    def batches(self, routes: Mapping[int, list[K]], state: PollState) -> list[tuple[int, B]]:
+        """The batches asking the keys given back again, routed anew: (broker id, batch)."""
+        raise NotImplementedError
+
+
+class BatchRun(Generic[K, B]):
+    """Pre-routed, pre-built batches over one poll: each `ask` sends its batches, every one at
+    once, and accounts for them as `Driver.run` does (a failed request counted under the API's
+    name or, for a broker that predates it, logged once; a top-level error code counted; the
+    keys an answer leaves out counted `MISSING_FROM_ANSWER` once per answer and handed to
+    `left_out`). The keys the handlers give back are kept, over every `ask` of the poll, and
+    `retry` routes them anew with `strategy`, once, and asks them once more: a poll whose
+    phases ask in turn (some batches known only after another phase) looks their brokers up
+    once, not once per phase."""
+
+    def __init__(self, driver: Driver, strategy: Strategy[K]) -> None:
+        self._driver = driver
+        self._strategy = strategy
+        self.given_back: list[K] = []
+
+    async def ask(
+        self,
+        handler: BatchHandler[K, B, Any],
+        batches: Sequence[tuple[int, B]],
+        state: PollState,
+        *,
+        last: bool = False,
+    ) -> None:
+        """Send `batches` ((broker id, batch)); `last`: no attempt follows."""
+        outcomes = await asyncio.gather(
+            *(self._ask(handler, broker_id, batch, state, last=last)
+              for broker_id, batch in batches)
+        )
+        for outcome in outcomes:
+            self._strategy.forget(outcome.forget)
+            if not last:
+                self.given_back.extend(outcome.retry)
+
+    async def retry(
+        self, handler: BatchHandler[K, B, Any], meta: MetadataView, state: PollState
+    ) -> None:
+        """Ask the keys given back once more, where `strategy` routes them now."""
+        keys, self.given_back = self.given_back, []
+        if not keys:
+            return
+        try:
+            routes, unrouted = await self._strategy.route(keys, meta, state)
+        except CollectError as exc:
+            handler.unrouted(keys, state, exc)
+            return
+        if unrouted:
+            handler.unrouted(unrouted, state, None)
+        await self.ask(handler, handler.batches(routes, state), state, last=True)
+
+    async def _ask(
+        self, handler: BatchHandler[K, B, Any], broker_id: int, batch: B, state: PollState,
+        *, last: bool,
+    ) -> Outcome[K]:
+        support = self._driver.support
+        try:
+            response = await handler.ask(self._driver.client, broker_id, batch)
+        except CollectError as exc:
+            if exc.kind == UNSUPPORTED_API_KIND and handler.unsupported_name is not None:
+                # The broker's release, not a failure: logged once, not counted.
+                support.unsupported(broker_id, handler.unsupported_name)
+            else:
+                state.error(broker_id, handler.api, exc.kind)
+            return handler.failed(broker_id, batch, exc, state, last=last)
+        if handler.unsupported_name is not None:
+            support.supported(broker_id, handler.unsupported_name)
+        answer, left_out = handler.parse(broker_id, batch, response)
+        code = handler.error_code(answer)
+        if code != NONE:
+            state.error(broker_id, handler.api, error_name(code))
+        outcome = handler.handle(broker_id, batch, answer, state, last=last)
+        if left_out:
+            state.error(broker_id, handler.api, MISSING_FROM_ANSWER)
+            outcome.add(handler.left_out(broker_id, left_out, state))
+        return outcome
+
+
+class FreshLeaderStrategy:
+    """Keys are partitions whose leader may have moved since the poll's Metadata (it answered
+    NOT_LEADER_OR_FOLLOWER, or refused the connection): a fresh Metadata of their topics names
+    their leader now. What it says is written into the poll's view, in new mappings (the old
+    ones may be shared with the client's parse of the last answer, which the next poll may
+    reuse: never written), so that later phases route by it; `unlisted_leader_topics` is
+    reset, to be walked again if asked. A partition without a leader now is unrouted; a failed
+    Metadata is counted and raised (the keys stay as their first attempt left them)."""
+
+    def __init__(self, client: ClusterClient) -> None:
+        self._client = client
+
+    async def route(
+        self, keys: list[TopicPartition], meta: MetadataView, state: PollState
+    ) -> tuple[dict[int, list[TopicPartition]], list[TopicPartition]]:
+        try:
+            fresh = await self._client.metadata(sorted({tp.topic for tp in keys}))
+        except CollectError as exc:
+            state.error(-1, "Metadata", exc.kind)
+            raise
+        routes: dict[int, list[TopicPartition]] = {}
+        unrouted: list[TopicPartition] = []
+        leaders = dict(meta.leaders)
+        for tp in sorted(keys):
+            leader = fresh.leaders.get(tp, -1)
+            if leader < 0:
+                unrouted.append(tp)
+                continue
+            leaders[tp] = leader
+            routes.setdefault(leader, []).append(tp)
+        meta.leaders = leaders
+        meta.brokers = {**meta.brokers, **fresh.brokers}
+        meta.unlisted_leader_topics = None
         return routes, unrouted
 
     def forget(self, keys: Collection[TopicPartition]) -> None:

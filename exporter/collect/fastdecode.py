@@ -86,7 +86,8 @@ class LeanMetadataResponse:
 @dataclass(slots=True)
 class ActiveProducer:
     """The wire struct DescribeProducersResponse.ActiveProducers (kafka-python's field names);
-    `collect.parse` turns it into the exporter's one record, `model.ProducerEntry`."""
+    `collect.apis.describe_producers` turns it into the exporter's one record,
+    `model.ProducerEntry`."""
 
     producer_id: int
     producer_epoch: int

@@ -6,8 +6,8 @@ gathered into a `ClusterObservation`.
 
 `ClusterPoller` only wires the phases; each is a collaborator with its own cache
 (`producers`, `start_times`, `broker_config`, `coordinators`, `lso`, `groups`), and every
-answer is read by the pure parsers of `collect.parse`. `poll()` is synchronous so a
-scheduler thread can call it; the poll runs on the process's one polling loop
+answer is read by the pure parsers of `collect.apis` and `collect.parse`. `poll()` is
+synchronous so a scheduler thread can call it; the poll runs on the process's one polling loop
 (`collect.loop`: every cluster shares it, so a cluster costs no descriptor besides its broker
 connections, which live on that loop and are reused between polls). Errors are kept per
 partition / per id and never crash the poll.

@@ -1,5 +1,8 @@
-"""Producer state: DescribeProducers on every partition's leader, batched, with one retry of
-partitions whose leadership moved since Metadata. Every partition asked for ends up either in
+"""Producer state: DescribeProducers's policy. Which partitions are asked, in which batches,
+and what each answer teaches; the requests themselves run on the admin driver
+(`collect.apis.describe_producers`: every batch sent at once, failures and left-out
+partitions counted, and one retry, where a fresh Metadata says, of partitions whose
+leadership moved since the poll's). Every partition asked for ends up either in
 `PollState.open_entries` (its open transactions, if any) or in `PollState.unobserved`.
 
 Every partition DescribeProducers has answered for is screened from the next poll on
@@ -31,39 +34,22 @@ screening poll by poll."""
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Mapping, Sequence
 
-from kafka.protocol.admin.transactions import DescribeProducersResponse
-
-from exporter.collect.client import (
-    ClusterClient,
-    MetadataView,
-    batch_partitions,
+from exporter.collect.apis.describe_producers import (
+    DescribeProducers,
+    ProducersAnswer,
+    ProducersBatch,
     describe_producers_request,
 )
-from exporter.collect.connection import (
-    BrokerConnection,
-    BrokerUnreachable,
-    CollectError,
-    ResponseTooLarge,
-)
-from exporter.collect.errors import (
-    MISSING_FROM_ANSWER,
-    NOT_LEADER_OR_FOLLOWER,
-    TOPIC_AUTHORIZATION_FAILED,
-    error_name,
-)
-from exporter.collect.fastdecode import decode_open_producers
+from exporter.collect.client import ClusterClient, MetadataView, batch_partitions
+from exporter.collect.connection import BrokerConnection, CollectError, ResponseTooLarge
+from exporter.collect.driver import BatchRun, Driver, FreshLeaderStrategy
 from exporter.collect.fastencode import LeanRequest
-from exporter.collect.parse import ProducersAnswer, parse_describe_producers
-from exporter.collect.pollstate import UNSUPPORTED_API_KIND, ApiSupportLog, PollState
+from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.collect.screening import Offsets, Screen
-from exporter.logs import get_logger
 from exporter.model import ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
-
-log = get_logger()
 
 FIRST_POLL_SAMPLE_PARTITIONS = 100
 """Partitions per leader the first poll asks DescribeProducers before choosing how to read the
@@ -99,12 +85,6 @@ producer states may have expired since): observed again within 4 polls of a norm
 a partition truly that large costs its leader one answer, and the exporter one connection,
 every 4 polls."""
 
-# Lean and open-only: partitions with error 0 and no producer with an open transaction are
-# not in the answer's partitions; they still count as answered. At 200k partitions that is
-# ~198k fewer partitions (and ~20k fewer idempotent producers) decoded into objects per poll.
-_DECODE_DESCRIBE_PRODUCERS = functools.partial(decode_open_producers, DescribeProducersResponse)
-
-
 _ByLeader = Mapping[int, Mapping[str, Sequence[int]]]
 
 _Request = tuple[
@@ -126,7 +106,7 @@ class ProducerStateReader:
     ) -> None:
         self._client = client
         self._settings = settings
-        self._support = support
+        self._driver = Driver(client, support)
         self._screening = screening
         """False: every partition asked DescribeProducers every poll (the reference strategy
         of the differential test)."""
@@ -175,55 +155,33 @@ class ProducerStateReader:
         self._polls += 1
         self._joined_this_poll = 0
         first, self._started = self._screening and not self._started, True
+        # NOT_LEADER_OR_FOLLOWER, or a leader that refused the connection: leadership may
+        # have moved since Metadata; asked again where a fresh one says, once per poll.
+        run: BatchRun[TopicPartition, ProducersBatch] = BatchRun(
+            self._driver, FreshLeaderStrategy(self._client)
+        )
         if first and any(
             sum(map(len, per_topic.values())) > FIRST_POLL_SAMPLE_PARTITIONS
             for per_topic in meta.by_leader.values()
         ):  # else every partition is in its leader's sample: all asked at once
-            retry = await self._screened_start(meta, state)
+            await self._screened_start(run, meta, state)
         elif not (self._screening and (self._screened or self._too_large)):
             # Nothing screened (yet): every partition asked (and learnt from while screening).
-            retry = await self._round(meta.by_leader, state, True, cache=True)
+            await self._round(run, meta.by_leader, state, cache=True)
         else:
             direct, screened = self._split(meta.by_leader, meta.leaders)
-            direct_retry, screen = await asyncio.gather(
-                self._round(direct, state, True, cache=True),
+            _, screen = await asyncio.gather(
+                self._round(run, direct, state, cache=True),
                 self._screen.screen(screened, state),
             )
             flagged = self._reuse_answers(screen.ask, screen.unchanged, state)
             # LSO < HW, or offsets unknown: asked as before (never "no transaction").
-            retry = direct_retry + await self._round(
-                flagged, state, True, cache=False, offsets=screen.offsets
-            )
-        if not retry:
-            return
-        # NOT_LEADER_OR_FOLLOWER, or a leader that refused the connection: leadership may
-        # have moved since Metadata; ask again, retry once.
-        topics = sorted({tp.topic for tp in retry})
-        try:
-            fresh = await self._client.metadata(topics)
-        except CollectError as exc:
-            state.error(-1, "Metadata", exc.kind)
-            for tp in retry:
-                state.unobserved.setdefault(tp, "NOT_LEADER_OR_FOLLOWER")
-            return
-        by_leader: dict[int, dict[str, list[int]]] = {}
-        # New mappings on this poll's view: the old ones may be shared with the client's
-        # parse of the last Metadata answer, which the next poll may reuse (never written).
-        leaders = dict(meta.leaders)
-        for tp in sorted(retry):
-            state.unobserved.pop(tp, None)  # asked again: its new answer or error decides
-            leader = fresh.leaders.get(tp, -1)
-            if leader < 0:
-                state.unobserved[tp] = "LEADER_NOT_AVAILABLE"
-                continue
-            leaders[tp] = leader
-            by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
-        meta.leaders = leaders
-        meta.brokers = {**meta.brokers, **fresh.brokers}
-        meta.unlisted_leader_topics = None  # walked again, if asked, for the new mappings
-        await self._round(by_leader, state, False, cache=False)
+            await self._round(run, flagged, state, cache=False, offsets=screen.offsets)
+        await run.retry(self._handler(None), meta, state)
 
-    async def _screened_start(self, meta: MetadataView, state: PollState) -> list[TopicPartition]:
+    async def _screened_start(
+        self, run: BatchRun[TopicPartition, ProducersBatch], meta: MetadataView, state: PollState
+    ) -> None:
         """The first poll: each leader is asked DescribeProducers for a sample of its
         partitions (FIRST_POLL_SAMPLE_PARTITIONS) first. Where the sample holds a crowded
         partition, the leader's other partitions are screened (their fetch session started
@@ -243,7 +201,7 @@ class ProducerStateReader:
             }
             if left:
                 rest[leader] = left
-        retry = await self._round(sample, state, True, cache=False)
+        await self._round(run, sample, state, cache=False)
         answered = self._screened
         direct: dict[int, dict[str, list[int]]] = {}
         screened: dict[int, dict[str, list[int]]] = {}
@@ -261,15 +219,11 @@ class ProducerStateReader:
                 for p in indexes:
                     answered.setdefault(TopicPartition(topic, p), 0)
         self._screened_version += 1
-        direct_retry, screen = await asyncio.gather(
-            self._round(direct, state, True, cache=False),
+        _, screen = await asyncio.gather(
+            self._round(run, direct, state, cache=False),
             self._screen.screen(screened, state, start_session=True),
         )
-        retry.extend(direct_retry)
-        retry.extend(await self._round(
-            screen.ask, state, True, cache=False, offsets=screen.offsets
-        ))
-        return retry
+        await self._round(run, screen.ask, state, cache=False, offsets=screen.offsets)
 
     def _reuse_answers(
         self,
@@ -334,35 +288,39 @@ class ProducerStateReader:
         self._split_cache = (by_leader, self._screened_version, direct, screened)
         return direct, screened
 
+    def _handler(self, offsets: Mapping[TopicPartition, Offsets] | None) -> _Answers:
+        return _Answers(self, offsets)
+
     async def _round(
         self,
+        run: BatchRun[TopicPartition, ProducersBatch],
         by_leader: _ByLeader,
         state: PollState,
-        retry_allowed: bool,
         *,
         cache: bool,
         offsets: Mapping[TopicPartition, Offsets] | None = None,
-    ) -> list[TopicPartition]:
+    ) -> None:
         """`offsets`: the screened partitions' offsets, to remember their answers by."""
+        await run.ask(self._handler(offsets), self._batches(by_leader, state, cache=cache), state)
+
+    def _batches(
+        self, by_leader: _ByLeader, state: PollState, *, cache: bool
+    ) -> list[tuple[int, ProducersBatch]]:
+        """The requests of `by_leader` (`_requests`), with each partition whose answer alone
+        was too large asked alone, on a connection of its own, once its back-off is over
+        (ANSWER_TOO_LARGE until then)."""
         requests, too_large = self._requests(by_leader, cache=cache)
-        calls = [
-            self._batch(leader, batch, build, state, retry_allowed, offsets)
-            for leader, batch, build in requests
-        ]
+        batches = [(leader, ProducersBatch(batch, build)) for leader, batch, build in requests]
         for leader, tp in too_large:
             if self._polls < self._too_large.get(tp, (0, 0))[1]:
                 state.error(leader, "DescribeProducers", ANSWER_TOO_LARGE)
                 state.unobserved[tp] = ANSWER_TOO_LARGE
                 continue
             alone: list[tuple[str, Sequence[int]]] = [(tp.topic, [tp.partition])]
-            calls.append(self._batch(
-                leader, alone, describe_producers_request(alone), state, retry_allowed,
-                offsets, apart=True,
-            ))
-        retry: list[TopicPartition] = []
-        for result in await asyncio.gather(*calls):
-            retry.extend(result)
-        return retry
+            batches.append(
+                (leader, ProducersBatch(alone, describe_producers_request(alone), apart=True))
+            )
+        return batches
 
     def _requests(
         self, by_leader: _ByLeader, cache: bool
@@ -444,85 +402,43 @@ class ProducerStateReader:
             parts.append(list(current))
         return parts
 
-    async def _batch(
+    def _answered(
         self,
         leader: int,
-        batch: list[tuple[str, Sequence[int]]],
-        build: Callable[[BrokerConnection], LeanRequest],
-        state: PollState,
-        retry_allowed: bool,
+        batch: ProducersBatch,
+        answer: ProducersAnswer,
         offsets: Mapping[TopicPartition, Offsets] | None,
-        *,
-        apart: bool = False,
-    ) -> list[TopicPartition]:
-        """`apart`: one partition whose answer was too large, asked on a connection of its
-        own."""
-        send = self._client.send_apart if apart else self._client.send
-        try:
-            response = await send(leader, build, _DECODE_DESCRIBE_PRODUCERS)
-        except CollectError as exc:
-            # Down or slow broker, garbage answer, or one that predates DescribeProducers
-            # (Kafka < 2.8): its partitions are unknown, never "no transactions".
-            reason = exc.kind
-            if isinstance(exc, ResponseTooLarge):
-                self._answer_too_large(batch)
-                if apart:
-                    reason = ANSWER_TOO_LARGE
-            if exc.kind == UNSUPPORTED_API_KIND:
-                state.unobservable_brokers.add(leader)
-                self._support.unsupported(leader, "DescribeProducers")
-            else:
-                state.error(leader, "DescribeProducers", exc.kind)
-            for topic, partitions in batch:
-                for p in partitions:
-                    state.unobserved[TopicPartition(topic, p)] = reason
-            if isinstance(exc, BrokerUnreachable) and retry_allowed and not apart:
-                # Refused or closed: the broker may be gone and its partitions led elsewhere
-                # (Metadata may be an earlier poll's); asked again where Metadata says now.
-                return [TopicPartition(t, p) for t, partitions in batch for p in partitions]
-            return []
-        answer = parse_describe_producers(response, leader, batch)
-        state.open_entries.extend(answer.entries)
-        if apart:
-            tp = TopicPartition(batch[0][0], batch[0][1][0])
+    ) -> None:
+        """What an answer teaches: the counts to batch and screen by, the answer itself for a
+        screened partition (`offsets`), and the partitions it answered of those asked alone."""
+        partitions = batch.partitions
+        if batch.apart:
+            tp = TopicPartition(partitions[0][0], partitions[0][1][0])
             fits = tp not in answer.missing and all(tp != e for e, _ in answer.errors)
             if fits and self._too_large.pop(tp, None) is not None:
                 # What the oversized answers taught is unlearnt.
                 self._screened_version += 1
         if self._screening:
-            self._learn(batch, answer, screened_batch=offsets is not None)
+            self._learn(partitions, answer, screened_batch=offsets is not None)
             if offsets:
-                self._remember(leader, batch, answer, offsets)
+                self._remember(leader, partitions, answer, offsets)
         if self._ask_alone:
             answered = [
-                tp for topic, indexes in batch for p in indexes
+                tp for topic, indexes in partitions for p in indexes
                 if (tp := TopicPartition(topic, p)) in self._ask_alone
             ]
             if answered:
                 self._ask_alone.difference_update(answered)
                 self._screened_version += 1
-        retry: list[TopicPartition] = []
-        for tp, code in answer.errors:
-            err = error_name(code)
-            state.error(leader, "DescribeProducers", err)
-            if code == NOT_LEADER_OR_FOLLOWER and retry_allowed:
-                retry.append(tp)
-                continue
-            state.unobserved[tp] = err
-            if code == TOPIC_AUTHORIZATION_FAILED and tp.topic not in self._denied_topics_logged:
-                self._denied_topics_logged.add(tp.topic)
-                log.warning(
-                    "topic_not_authorized",
-                    cluster=self._settings.name,
-                    topic=tp.topic,
-                    hint="DescribeProducers needs READ on the topic",
-                )
-        if answer.missing:
-            # Asked for but not answered: unknown, not "no transaction".
-            state.error(leader, "DescribeProducers", MISSING_FROM_ANSWER)
-            for tp in answer.missing:
-                state.unobserved.setdefault(tp, MISSING_FROM_ANSWER)
-        return retry
+
+    def _failed_reason(self, batch: ProducersBatch, error: CollectError) -> str:
+        """A batch whose answer crossed `max_response_bytes` is split (`_answer_too_large`);
+        a partition asked alone whose answer did is ANSWER_TOO_LARGE."""
+        if isinstance(error, ResponseTooLarge):
+            self._answer_too_large(batch.partitions)
+            if batch.apart:
+                return ANSWER_TOO_LARGE
+        return error.kind
 
     def _forget_unlisted(self, leaders: Mapping[TopicPartition, int]) -> None:
         """Drop what is learnt of partitions Metadata no longer lists."""
@@ -541,7 +457,7 @@ class ProducerStateReader:
     def _remember(
         self,
         leader: int,
-        batch: list[tuple[str, Sequence[int]]],
+        batch: Sequence[tuple[str, Sequence[int]]],
         answer: ProducersAnswer,
         offsets: Mapping[TopicPartition, Offsets],
     ) -> None:
@@ -556,7 +472,7 @@ class ProducerStateReader:
                 if read is not None and tp not in unanswered:
                     self._answers[tp] = (leader, read, entries.get(tp, []))
 
-    def _answer_too_large(self, batch: list[tuple[str, Sequence[int]]]) -> None:
+    def _answer_too_large(self, batch: Sequence[tuple[str, Sequence[int]]]) -> None:
         """The batch's answer crossed `max_response_bytes`: ask its partitions alone next
         time; one asked alone is asked again only alone, on a connection of its own, after
         1, 2, 4 and then every TOO_LARGE_RETRY_MAX_POLLS polls (ANSWER_TOO_LARGE between)."""
@@ -571,7 +487,10 @@ class ProducerStateReader:
         self._screened_version += 1
 
     def _learn(
-        self, batch: list[tuple[str, Sequence[int]]], answer: ProducersAnswer, screened_batch: bool
+        self,
+        batch: Sequence[tuple[str, Sequence[int]]],
+        answer: ProducersAnswer,
+        screened_batch: bool,
     ) -> None:
         """The partitions of the batch answered without error are screened from the next
         poll on, with their state counts: crowded ones at once, the others while this poll
@@ -615,6 +534,29 @@ class ProducerStateReader:
                         changed = True
         if changed:
             self._screened_version += 1
+
+class _Answers(DescribeProducers):
+    """One round of the poll's DescribeProducers, with the reader's policy: what each answer
+    teaches it, what a too-large answer means, and how re-routed partitions are batched."""
+
+    def __init__(
+        self, reader: ProducerStateReader, offsets: Mapping[TopicPartition, Offsets] | None
+    ) -> None:
+        super().__init__(reader._settings.name, reader._denied_topics_logged)
+        self._reader = reader
+        self._offsets = offsets
+
+    def answered(self, broker_id: int, batch: ProducersBatch, answer: ProducersAnswer) -> None:
+        self._reader._answered(broker_id, batch, answer, self._offsets)
+
+    def failed_reason(self, batch: ProducersBatch, error: CollectError) -> str:
+        return self._reader._failed_reason(batch, error)
+
+    def build_batches(
+        self, by_leader: Mapping[int, Mapping[str, Sequence[int]]], state: PollState
+    ) -> list[tuple[int, ProducersBatch]]:
+        return self._reader._batches(by_leader, state, cache=False)
+
 
 def _sample(per_topic: Mapping[str, Sequence[int]], size: int) -> dict[str, int]:
     """How many of each topic's first partitions make a sample of `size`: taken in turn, one

@@ -20,6 +20,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 
+from exporter.collect.apis.describe_producers import parse_describe_producers
 from exporter.collect.apis.list_offsets import parse_list_offsets
 from exporter.collect.apis.metadata import parse_metadata
 from exporter.collect.client import ClusterClient, first_batch_header
@@ -34,7 +35,6 @@ from exporter.collect.fastdecode import (
     lean,
     metadata_identity,
 )
-from exporter.collect.parse import parse_describe_producers
 from exporter.collect.shapes import ShapeError
 from exporter.model import TopicPartition
 from exporter.settings import ClusterSettings
@@ -179,7 +179,7 @@ def test_lean_metadata_decodes_what_kafka_python_decodes(case: tuple[int, bytes]
 def test_the_shared_parser_reads_the_same_answer_from_either_decoder(
     payload: bytes, extra_partitions: list[int]
 ) -> None:
-    """`collect.parse` gives the same producer entries, errors and left-out partitions from
+    """The parser gives the same producer entries, errors and left-out partitions from
     the lean decoder (which keeps empty partitions only as answered indexes) as from
     kafka-python's; a partition asked for and not answered is reported missing."""
     ours = decode_describe_producers(payload, 0)

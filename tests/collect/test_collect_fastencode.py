@@ -19,12 +19,9 @@ from kafka.protocol.admin.transactions import DescribeProducersRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from simhelpers import CAPTURES
 
+from exporter.collect.apis.describe_producers import describe_producers_request
 from exporter.collect.apis.list_offsets import UnsupportedApiForLag, list_offsets_request
-from exporter.collect.client import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    describe_producers_request,
-)
+from exporter.collect.client import READ_COMMITTED, READ_UNCOMMITTED
 from exporter.collect.connection import BrokerConnection, ConnectionOptions, DecodeError
 from exporter.collect.fastencode import (
     DESCRIBE_PRODUCERS_VERSIONS,

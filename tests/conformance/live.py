@@ -586,6 +586,7 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
     from exporter.collect.apis import (
         describe_cluster,
         describe_configs,
+        describe_producers,
         describe_transactions,
         find_coordinator,
         list_groups,
@@ -604,7 +605,7 @@ def exporter_requests(side: LiveRun) -> list[tuple[str, Any]]:
         ("Metadata", lambda: metadata.build_metadata_request(
             topics, neg.version_for(MetadataRequest))),
         ("DescribeCluster", lambda: describe_cluster.describe_cluster_request()(neg)),
-        ("DescribeProducers", lambda: c.describe_producers_request(
+        ("DescribeProducers", lambda: describe_producers.describe_producers_request(
             [("hang-test", [0, 1, 2]), ("txn-open", [0, 1, 2])])(neg)),
         ("ListTransactions", lambda: list_transactions.list_transactions_request()(neg)),
         ("DescribeTransactions", lambda: describe_transactions.describe_transactions_request(
