@@ -11,10 +11,10 @@ import asyncio
 import time
 
 from exporter.collect.apis.describe_configs import PARTITION_VERIFICATION_CONFIG, BrokerConfigs
-from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.client import MetadataView
 from exporter.collect.connection import CollectError
 from exporter.collect.driver import Driver, EveryBroker
-from exporter.collect.pollstate import ApiSupportLog, PollState
+from exporter.collect.pollstate import PollState
 from exporter.logs import get_logger
 from exporter.model import FinalizedFeatures, PartitionVerification
 from exporter.settings import ClusterSettings
@@ -23,11 +23,9 @@ log = get_logger()
 
 
 class BrokerConfigReader:
-    def __init__(
-        self, client: ClusterClient, support: ApiSupportLog, settings: ClusterSettings
-    ) -> None:
-        self._client = client
-        self._driver = Driver(client, support)
+    def __init__(self, driver: Driver, settings: ClusterSettings) -> None:
+        self._client = driver.client
+        self._driver = driver
         self._settings = settings
         self._max_timeouts: dict[int, tuple[int, float]] = {}  # broker -> (ms, read monotonic)
         self._verification: dict[int, PartitionVerification] = {}

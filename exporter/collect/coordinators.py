@@ -14,10 +14,10 @@ from exporter.collect.apis.find_coordinator import (
     FindTransactionCoordinators,
 )
 from exporter.collect.apis.list_transactions import list_transactions
-from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.client import MetadataView
 from exporter.collect.driver import CoordinatorStrategy, Driver
 from exporter.collect.groups import unlisted_leader
-from exporter.collect.pollstate import ApiSupportLog, PollState
+from exporter.collect.pollstate import PollState
 from exporter.model import OpenTransaction, TransactionDescription
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -57,8 +57,8 @@ class CoordinatorReader:
     only the ids and producers asked about in the latest poll: one whose transaction ended is
     forgotten at the end of the next poll."""
 
-    def __init__(self, client: ClusterClient, support: ApiSupportLog) -> None:
-        self._driver = Driver(client, support)
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
         self._coordinators: dict[str, int] = {}
         self._listed_ids: dict[int, str] = {}
         """Producer id -> the transactional id a coordinator listed for it, for the producers

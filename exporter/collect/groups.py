@@ -26,9 +26,9 @@ from exporter.collect.apis.describe_cluster import CLUSTER, DescribeCluster
 from exporter.collect.apis.find_coordinator import FindGroupCoordinators
 from exporter.collect.apis.list_groups import list_groups
 from exporter.collect.apis.offset_fetch import OffsetFetch
-from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.client import MetadataView
 from exporter.collect.driver import AnyBroker, CoordinatorStrategy, Driver
-from exporter.collect.pollstate import ApiSupportLog, PollState
+from exporter.collect.pollstate import PollState
 from exporter.logs import get_logger
 from exporter.model import CommittedOffset, ConsumerGroupOffsets, TopicPartition
 from exporter.settings import ClusterSettings
@@ -60,10 +60,8 @@ class ConsumerGroupReader:
     offset was committed). That memory holds only (group, partition) pairs read in the latest
     poll (or left unknown by it), so it is bounded by the groups on the partitions looked at."""
 
-    def __init__(
-        self, client: ClusterClient, support: ApiSupportLog, settings: ClusterSettings
-    ) -> None:
-        self._driver = Driver(client, support)
+    def __init__(self, driver: Driver, settings: ClusterSettings) -> None:
+        self._driver = driver
         self._settings = settings
         self._seen: dict[tuple[str, str, int], tuple[int, int]] = {}
         """(group, topic, partition) -> (committed offset, first seen with it, epoch ms)."""

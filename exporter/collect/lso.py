@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from exporter.collect.apis.list_offsets import ListOffsets, StableOffsets
-from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.client import MetadataView
 from exporter.collect.driver import Driver, KnownBroker, PartitionLeaderStrategy
-from exporter.collect.pollstate import ApiSupportLog, PollState
+from exporter.collect.pollstate import PollState
 from exporter.model import TopicPartition
 
 __all__ = ["LastStableOffsetReader", "StableOffsets", "read_stable_offsets"]
@@ -37,7 +37,7 @@ class LastStableOffsetReader:
 
 
 async def read_stable_offsets(
-    client: ClusterClient,
+    driver: Driver,
     broker_id: int,
     partitions: Mapping[str, list[int]],
     offsets: StableOffsets,
@@ -47,6 +47,4 @@ async def read_stable_offsets(
     into `offsets`; what could not be read goes to `offsets.failed`, its errors counted on
     `state`."""
     keys = [TopicPartition(topic, p) for topic, indexes in partitions.items() for p in indexes]
-    # ListOffsets has no "broker predates the API" log: the support log stays unused.
-    driver = Driver(client, ApiSupportLog(client.settings.name))
     await driver.run(ListOffsets(offsets), KnownBroker(broker_id), keys, _NO_VIEW, state)

@@ -84,17 +84,17 @@ class ClusterPoller:
         self._lock = threading.Lock()
         self._client = ClusterClient(settings)
         self._support = ApiSupportLog(settings.name)
-        self._producers = ProducerStateReader(
-            self._client, settings, self._support, screening=screen_partitions
-        )
+        driver = Driver(self._client, self._support)
+        """The one admin driver every reader's requests run on."""
+        self._producers = ProducerStateReader(driver, settings, screening=screen_partitions)
         """`screen_partitions`=False: DescribeProducers for every partition every
         poll (the reference of the differential test, tests/collect/test_screening_*)."""
         self._start_times = StartTimeResolver(self._client)
-        self._broker_config = BrokerConfigReader(self._client, self._support, settings)
-        self._topic_config = TopicConfigReader(self._client, self._support, settings)
-        self._coordinators = CoordinatorReader(self._client, self._support)
-        self._lso = LastStableOffsetReader(Driver(self._client, self._support))
-        self._groups = ConsumerGroupReader(self._client, self._support, settings)
+        self._broker_config = BrokerConfigReader(driver, settings)
+        self._topic_config = TopicConfigReader(driver, settings)
+        self._coordinators = CoordinatorReader(driver)
+        self._lso = LastStableOffsetReader(driver)
+        self._groups = ConsumerGroupReader(driver, settings)
         self._down_logged: set[int] = set()
         self._closed = False
         self._metadata_stale: MetadataRefresh | None = MetadataRefresh.START

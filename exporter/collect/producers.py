@@ -42,11 +42,11 @@ from exporter.collect.apis.describe_producers import (
     ProducersBatch,
     describe_producers_request,
 )
-from exporter.collect.client import ClusterClient, MetadataView, batch_partitions
+from exporter.collect.client import MetadataView, batch_partitions
 from exporter.collect.connection import BrokerConnection, CollectError, ResponseTooLarge
 from exporter.collect.driver import BatchRun, Driver, FreshLeaderStrategy
 from exporter.collect.fastencode import LeanRequest
-from exporter.collect.pollstate import ApiSupportLog, PollState
+from exporter.collect.pollstate import PollState
 from exporter.collect.screening import Offsets, Screen
 from exporter.model import ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
@@ -97,16 +97,11 @@ class ProducerStateReader:
     """DescribeProducers for one cluster; remembers which denied topics it has logged."""
 
     def __init__(
-        self,
-        client: ClusterClient,
-        settings: ClusterSettings,
-        support: ApiSupportLog,
-        *,
-        screening: bool = True,
+        self, driver: Driver, settings: ClusterSettings, *, screening: bool = True
     ) -> None:
-        self._client = client
+        self._client = driver.client
         self._settings = settings
-        self._driver = Driver(client, support)
+        self._driver = driver
         self._screening = screening
         """False: every partition asked DescribeProducers every poll (the reference strategy
         of the differential test)."""
@@ -136,11 +131,11 @@ class ProducerStateReader:
         self._started = False
         """Whether the first poll (`_screened_start`) was made."""
         self._split_cache: tuple[_ByLeader, int, _ByLeader, _ByLeader] | None = None
-        self._screen = Screen(client)
+        self._screen = Screen(driver)
         self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
         """Screened partitions with LSO < HW: (leader, offsets, open entries) of the last
         DescribeProducers answer, reused while the session reports the offsets unchanged."""
-        client.on_metadata_change(self._forget_batches)
+        driver.client.on_metadata_change(self._forget_batches)
 
     def _forget_batches(self) -> None:
         """Metadata changed: the batches and the split were built from the previous view's

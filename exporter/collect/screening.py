@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.collect.apis.fetch import FetchSessionExchange, SessionRequest, next_epoch
-from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.client import MetadataView
 from exporter.collect.driver import Driver, EveryBroker
 from exporter.collect.errors import MISSING_FROM_ANSWER, error_name
 from exporter.collect.lso import StableOffsets, read_stable_offsets
-from exporter.collect.pollstate import ApiSupportLog, PollState
+from exporter.collect.pollstate import PollState
 from exporter.model import TopicPartition
 
 ByLeader = Mapping[int, Mapping[str, Sequence[int]]]
@@ -140,10 +140,8 @@ class _Leader:
 class Screen:
     """Screening for one cluster: per leader, its partitions' offsets and fetch session."""
 
-    def __init__(self, client: ClusterClient) -> None:
-        self._client = client
-        self._driver = Driver(client, ApiSupportLog(client.settings.name))
-        """Its own support log: a leader without sessions is logged once per Screen."""
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
         self._leaders: dict[int, _Leader] = {}
         self._by_leader: ByLeader | None = None
 
@@ -322,7 +320,7 @@ class Screen:
         for tp in tps:
             partitions.setdefault(tp.topic, []).append(tp.partition)
         read = StableOffsets()
-        await read_stable_offsets(self._client, leader, partitions, read, state)
+        await read_stable_offsets(self._driver, leader, partitions, read, state)
         for tp in tps:
             hw = read.high_watermarks.get(tp)
             if hw is None:

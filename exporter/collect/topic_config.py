@@ -8,17 +8,15 @@ import time
 from collections.abc import Iterable
 
 from exporter.collect.apis.describe_configs import TopicConfigs
-from exporter.collect.client import ClusterClient, MetadataView
+from exporter.collect.client import MetadataView
 from exporter.collect.driver import AnyBroker, Driver
-from exporter.collect.pollstate import ApiSupportLog, PollState
+from exporter.collect.pollstate import PollState
 from exporter.settings import ClusterSettings
 
 
 class TopicConfigReader:
-    def __init__(
-        self, client: ClusterClient, support: ApiSupportLog, settings: ClusterSettings
-    ) -> None:
-        self._driver = Driver(client, support)
+    def __init__(self, driver: Driver, settings: ClusterSettings) -> None:
+        self._driver = driver
         self._settings = settings
         self._compacted: dict[str, tuple[bool, float]] = {}  # topic -> (compacted, read at)
 

@@ -14,6 +14,7 @@ from kafka.protocol.admin.cluster import DescribeClusterResponse
 
 from exporter.collect.apis.describe_cluster import parse_cluster_describe
 from exporter.collect.connection import BrokerUnreachable, UnsupportedApi
+from exporter.collect.driver import Driver
 from exporter.collect.groups import ConsumerGroupReader
 from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.settings import ClusterSettings
@@ -97,7 +98,8 @@ def ask(reader: ConsumerGroupReader, state: PollState) -> str | None:
 
 def reader_for(client: FakeClient) -> ConsumerGroupReader:
     settings = ClusterSettings(name="c", bootstrap_servers=("h:1",), config_refresh_seconds=3600)
-    return ConsumerGroupReader(client, ApiSupportLog("c"), settings)  # type: ignore[arg-type]
+    driver = Driver(client, ApiSupportLog("c"))  # type: ignore[arg-type]
+    return ConsumerGroupReader(driver, settings)
 
 
 def test_a_broker_down_is_not_cached_an_answer_is() -> None:

@@ -43,6 +43,7 @@ from exporter.collect.apis.list_transactions import (
 )
 from exporter.collect.client import ClusterClient
 from exporter.collect.coordinators import CoordinatorReader, Listing
+from exporter.collect.driver import Driver
 from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.expose.collector import SnapshotCollector
 from exporter.model import ClusterObservation, ClusterSnapshot
@@ -307,7 +308,7 @@ def test_a_coordinator_learned_while_listing_was_not_asked(scenario: Scenario) -
                 meta, brokers={b: a for b, a in meta.brokers.items() if b != absent},
                 unlisted_leader_topics=None,
             )
-            reader = CoordinatorReader(client, ApiSupportLog("partial"))
+            reader = CoordinatorReader(Driver(client, ApiSupportLog("partial")))
             task = asyncio.create_task(reader.list_transactions(view, PollState(now_ms=0)))
             await asyncio.sleep(0)  # asked of the brokers the view lists, answers not yet in
             view.brokers = dict(meta.brokers)  # what re-routing does

@@ -18,6 +18,7 @@ from exporter.collect import screening
 from exporter.collect.apis import fetch, list_offsets
 from exporter.collect.client import READ_COMMITTED
 from exporter.collect.connection import BrokerUnreachable, UnsupportedApi
+from exporter.collect.driver import Driver
 from exporter.collect.fastdecode import (
     FetchPartition,
     FetchTopic,
@@ -26,7 +27,7 @@ from exporter.collect.fastdecode import (
     ListOffsetsPartition,
     ListOffsetsTopic,
 )
-from exporter.collect.pollstate import PollState
+from exporter.collect.pollstate import ApiSupportLog, PollState
 from exporter.model import TopicPartition
 
 NOT_LEADER_OR_FOLLOWER = 6
@@ -76,6 +77,10 @@ class FakeClient:
         ])
 
 
+def screen_on(client: FakeClient) -> screening.Screen:
+    return screening.Screen(Driver(client, ApiSupportLog("fake")))  # type: ignore[arg-type]
+
+
 @pytest.fixture(autouse=True)
 def plain_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     """The request builders replaced by what they were asked (the fake's keys)."""
@@ -104,7 +109,7 @@ def tps(*indexes: int) -> list[TopicPartition]:
 def test_only_lso_equal_to_hw_is_clear_in_any_order() -> None:
     client: Any = FakeClient(hw={T: [(0, 0, 10), (1, 0, 20), (2, 0, 30)]},
                              lso={T: [(2, 0, 30), (0, 0, 10), (1, 0, 15)]})
-    result, errors = poll(screening.Screen(client), {T: [0, 1, 2]})
+    result, errors = poll(screen_on(client), {T: [0, 1, 2]})
     assert result.ask == {1: {T: [1]}} and errors == []
     assert result.offsets == {TopicPartition(T, 1): screening.Offsets(20, 15)}
 
@@ -112,19 +117,19 @@ def test_only_lso_equal_to_hw_is_clear_in_any_order() -> None:
 def test_errors_missing_and_failed_requests_go_to_describe_producers() -> None:
     client: Any = FakeClient(hw={T: [(0, 0, 10), (1, NOT_LEADER_OR_FOLLOWER, -1), (3, 0, 5)]},
                              lso={T: [(0, 0, 10), (1, 0, 20), (3, 0, 5)]})
-    result, errors = poll(screening.Screen(client), {T: [0, 1, 2, 3], "u": [0]})
+    result, errors = poll(screen_on(client), {T: [0, 1, 2, 3], "u": [0]})
     assert result.ask == {1: {T: [1, 2], "u": [0]}}
     assert sorted(errors) == [("ListOffsets", "MISSING_FROM_ANSWER")] * 2 + [
         ("ListOffsets", "NOT_LEADER_OR_FOLLOWER")]
     client = FakeClient(hw=BrokerUnreachable("down"), lso=client.lso)
-    result, errors = poll(screening.Screen(client), {T: [0, 3]})
+    result, errors = poll(screen_on(client), {T: [0, 3]})
     assert result.ask == {1: {T: [0, 3]}} and errors == [("ListOffsets", "BROKER_UNREACHABLE")]
 
 
 @pytest.mark.parametrize("hw, lso", [(-1, -1), (5, 7), (5, -1)])
 def test_impossible_offsets_are_never_clear(hw: int, lso: int) -> None:
     client: Any = FakeClient(hw={T: [(0, 0, hw)]}, lso={T: [(0, 0, lso)]})
-    result, _ = poll(screening.Screen(client), {T: [0]})
+    result, _ = poll(screen_on(client), {T: [0]})
     assert result.ask == {1: {T: [0]}}
 
 
@@ -132,7 +137,7 @@ def warm_screen(fetch: Callable[[FetchSent], tuple[Any, int]]) -> tuple[screenin
     """A screen whose partitions 0-2 were read with ListOffsets (2 has LSO < HW)."""
     client: Any = FakeClient(hw={T: [(0, 0, 10), (1, 0, 20), (2, 0, 30)]},
                              lso={T: [(0, 0, 10), (1, 0, 20), (2, 0, 25)]}, fetch=fetch)
-    screen = screening.Screen(client)
+    screen = screen_on(client)
     poll(screen, {T: [0, 1, 2]})
     client.sent.clear()
     return screen, client
