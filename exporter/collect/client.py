@@ -385,5 +385,12 @@ def monotonic() -> float:
 
 
 async def gather_settled(*aws: Any) -> list[Any]:
-    """asyncio.gather that returns exceptions instead of raising (one failure is not all)."""
+    """asyncio.gather that returns exceptions instead of raising (one failure is not all).
+    A single awaitable is awaited in place: no task is made for it (one leader's fetch
+    session, one coordinator's batch: most calls of a poll)."""
+    if len(aws) == 1:
+        try:
+            return [await aws[0]]
+        except Exception as exc:
+            return [exc]
     return list(await asyncio.gather(*aws, return_exceptions=True))

@@ -172,12 +172,12 @@ class Driver:
             routes, unrouted = await strategy.route(pending, meta, state)
             if unrouted:
                 handler.unrouted(unrouted)
-            outcomes = await asyncio.gather(
-                *(
-                    self._ask(handler, broker_id, broker_keys, state, last=last)
-                    for broker_id, broker_keys in sorted(routes.items())
-                )
-            )
+            asks = [
+                self._ask(handler, broker_id, broker_keys, state, last=last)
+                for broker_id, broker_keys in sorted(routes.items())
+            ]
+            # One broker (a leader's session, the one broker asked): awaited in place.
+            outcomes = [await asks[0]] if len(asks) == 1 else await asyncio.gather(*asks)
             pending = []
             for outcome in outcomes:
                 strategy.forget(outcome.forget)
