@@ -228,14 +228,25 @@ class Driver:
         error: CollectError,
         state: PollState,
     ) -> Outcome[K]:
-        if error.kind == UNSUPPORTED_API_KIND and handler.unsupported_name is not None:
-            # The broker's release, not a failure: logged once, not counted.
-            self.support.unsupported(broker_id, handler.unsupported_name)
-            if handler.view_needs_it:
-                state.unsupported_apis.add(handler.api)
-        else:
-            state.error(broker_id, handler.api, error.kind)
+        predates = self.count_failure(
+            handler.api, handler.unsupported_name, broker_id, error, state
+        )
+        if predates and handler.view_needs_it:
+            state.unsupported_apis.add(handler.api)
         return handler.failed(broker_id, keys, error, state)
+
+    def count_failure(
+        self, api: str, unsupported_name: str | None, broker_id: int, error: CollectError,
+        state: PollState,
+    ) -> bool:
+        """A failed request counted under `api`, or, from a broker that predates the API
+        (`unsupported_name` set), logged once and not counted: True then."""
+        if error.kind == UNSUPPORTED_API_KIND and unsupported_name is not None:
+            # The broker's release, not a failure: logged once, not counted.
+            self.support.unsupported(broker_id, unsupported_name)
+            return True
+        state.error(broker_id, api, error.kind)
+        return False
 
 
 class EveryBroker:
@@ -456,18 +467,14 @@ class BatchRun(Generic[K, B]):
         self, handler: BatchHandler[K, B, Any], broker_id: int, batch: B, state: PollState,
         *, last: bool,
     ) -> Outcome[K]:
-        support = self._driver.support
+        driver = self._driver
         try:
-            response = await handler.ask(self._driver.client, broker_id, batch)
+            response = await handler.ask(driver.client, broker_id, batch)
         except CollectError as exc:
-            if exc.kind == UNSUPPORTED_API_KIND and handler.unsupported_name is not None:
-                # The broker's release, not a failure: logged once, not counted.
-                support.unsupported(broker_id, handler.unsupported_name)
-            else:
-                state.error(broker_id, handler.api, exc.kind)
+            driver.count_failure(handler.api, handler.unsupported_name, broker_id, exc, state)
             return handler.failed(broker_id, batch, exc, state, last=last)
         if handler.unsupported_name is not None:
-            support.supported(broker_id, handler.unsupported_name)
+            driver.support.supported(broker_id, handler.unsupported_name)
         answer, left_out = handler.parse(broker_id, batch, response)
         code = handler.error_code(answer)
         if code != NONE:
