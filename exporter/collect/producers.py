@@ -20,9 +20,10 @@ A partition's first screening (two ListOffsets, then joining its leader's sessio
 more than one DescribeProducers of a partition with few states, so partitions with fewer than
 SCREEN_AT_ONCE_FROM_STATES states join at most NEW_SCREENED_PER_POLL per poll (the others
 asked directly meanwhile, as cheaply as before): a start on a large cluster spreads that cost
-over polls instead of making its first poll many times a later one. They join only while
-fewer than FEW_STATES_SCREENED_BELOW partitions are screened, since each keeps session state
-in memory. A crowded partition, whose answer is dear, is screened from its first answer on.
+over polls instead of making its first poll many times a later one; all have joined after
+a few polls, whatever the cluster's size (a screened partition's state is a few bytes:
+`collect.screened`, `collect.screening`). A crowded partition, whose answer is dear, is
+screened from its first answer on.
 
 The first poll after a start: each leader is asked DescribeProducers for a sample of its
 partitions. Where the sample holds a crowded partition, the leader's others are screened in
@@ -47,6 +48,7 @@ from exporter.collect.connection import BrokerConnection, CollectError, Response
 from exporter.collect.driver import BatchRun, Driver, FreshLeaderStrategy
 from exporter.collect.fastencode import LeanRequest
 from exporter.collect.pollstate import PollState
+from exporter.collect.screened import ScreenedPartitions
 from exporter.collect.screening import Offsets, Screen
 from exporter.model import ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
@@ -63,11 +65,6 @@ outside NEW_SCREENED_PER_POLL."""
 NEW_SCREENED_PER_POLL = 20_000
 """Partitions with fewer states that join the screening per poll (their first screening, two
 ListOffsets and a place in the fetch session, is the dear part of screening)."""
-
-FEW_STATES_SCREENED_BELOW = 100_000
-"""A partition with fewer states joins only while fewer partitions than this are screened:
-each screened partition keeps its session state in the exporter's memory (benchmarks/
-RESULTS.md), where asking it directly costs a few bytes per poll and no memory."""
 
 ANSWER_BYTES_PER_STATE = 37
 """One producer state in a DescribeProducers v0 answer: id 8, epoch 4, last sequence 4, last
@@ -109,7 +106,7 @@ class ProducerStateReader:
         self._cached_requests: (
             tuple[_ByLeader, int, list[_Request], int, list[tuple[int, TopicPartition]]] | None
         ) = None
-        self._screened: dict[TopicPartition, int] = {}
+        self._screened = ScreenedPartitions()
         """Partitions screened: answered by DescribeProducers without error at their last
         answer, with the producer states it held (counted from 2; 0 for fewer, and for a
         partition the first poll screened before asking it), for batching; pruned to
@@ -142,6 +139,7 @@ class ProducerStateReader:
         `by_leader` (never reused for another): dropped now, not after the next parse."""
         self._cached_requests = None
         self._split_cache = None
+        self._screen.forget_scope()
 
     def screened_partitions(self) -> int:
         return len(self._screened)
@@ -203,7 +201,7 @@ class ProducerStateReader:
         for leader, per_topic in rest.items():
             sampled = sample.get(leader, {})
             if any(
-                answered.get(TopicPartition(topic, p), 0) >= SCREEN_AT_ONCE_FROM_STATES
+                (answered.get(topic, p) or 0) >= SCREEN_AT_ONCE_FROM_STATES
                 for topic, indexes in sampled.items() for p in indexes
             ):
                 screened[leader] = per_topic
@@ -212,7 +210,8 @@ class ProducerStateReader:
         for per_topic in screened.values():
             for topic, indexes in per_topic.items():
                 for p in indexes:
-                    answered.setdefault(TopicPartition(topic, p), 0)
+                    if answered.get(topic, p) is None:
+                        answered.set(topic, p, 0)
         self._screened_version += 1
         _, screen = await asyncio.gather(
             self._round(run, direct, state, cache=False),
@@ -263,19 +262,19 @@ class ProducerStateReader:
             return cached[2], cached[3]
         if cached is None or cached[0] is not by_leader:
             self._forget_unlisted(leaders)
-        screened_by_topic: dict[str, set[int]] = {}
-        for tp in (*self._screened, *self._too_large):
-            screened_by_topic.setdefault(tp.topic, set()).add(tp.partition)
+        too_large: dict[str, set[int]] = {}
+        for tp in self._too_large:
+            too_large.setdefault(tp.topic, set()).add(tp.partition)
         direct: dict[int, dict[str, Sequence[int]]] = {}
         screened: dict[int, dict[str, Sequence[int]]] = {}
         for leader, per_topic in by_leader.items():
             for topic, indexes in per_topic.items():
-                listed = screened_by_topic.get(topic)
-                if listed is None:
-                    direct.setdefault(leader, {})[topic] = indexes
-                    continue
-                asked = [p for p in indexes if p not in listed]
-                kept = [p for p in indexes if p in listed]
+                asked, kept = self._screened.split(topic, indexes)
+                refused = too_large.get(topic)
+                if refused:  # screened meanwhile (`_too_large`)
+                    listed = refused.union(kept)
+                    asked = [p for p in indexes if p not in listed]
+                    kept = [p for p in indexes if p in listed]
                 if asked:
                     direct.setdefault(leader, {})[topic] = asked
                 if kept:
@@ -361,15 +360,13 @@ class ProducerStateReader:
             return [batch]
         per_state, per_partition = ANSWER_BYTES_PER_STATE, ANSWER_BYTES_PER_PARTITION
 
-        def cost_of(tp: TopicPartition) -> int:
-            if tp in alone:
+        def cost_of(topic: str, p: int) -> int:
+            if alone and TopicPartition(topic, p) in alone:
                 return budget
-            return per_partition + per_state * counts.get(tp, 0)
+            return per_partition + per_state * (counts.get(topic, p) or 0)
 
         if not refused:
-            expected = sum(
-                cost_of(TopicPartition(t, p)) for t, indexes in batch for p in indexes
-            )
+            expected = sum(cost_of(t, p) for t, indexes in batch for p in indexes)
             if expected <= budget:
                 return [batch]
         parts: list[list[tuple[str, Sequence[int]]]] = []
@@ -381,7 +378,7 @@ class ProducerStateReader:
                 if tp in refused:
                     too_large.append((leader, tp))
                     continue
-                cost = cost_of(tp)
+                cost = cost_of(topic, p)
                 if cost >= budget:
                     parts.append([(topic, [p])])
                     continue
@@ -437,16 +434,13 @@ class ProducerStateReader:
 
     def _forget_unlisted(self, leaders: Mapping[TopicPartition, int]) -> None:
         """Drop what is learnt of partitions Metadata no longer lists."""
-        gone = [tp for tp in self._screened if tp not in leaders]
-        for tp in gone:
-            del self._screened[tp]
+        changed = self._screened.keep_only(leaders.__contains__)
         dropped = {tp for tp in self._ask_alone if tp not in leaders}
         self._ask_alone.difference_update(dropped)
-        gone.extend(dropped)
-        for tp in [tp for tp in self._too_large if tp not in leaders]:
+        gone = [tp for tp in self._too_large if tp not in leaders]
+        for tp in gone:
             del self._too_large[tp]
-            gone.append(tp)
-        if gone:
+        if changed or dropped or gone:
             self._screened_version += 1
 
     def _remember(
@@ -489,31 +483,26 @@ class ProducerStateReader:
     ) -> None:
         """The partitions of the batch answered without error are screened from the next
         poll on, with their state counts: crowded ones at once, the others while this poll
-        and the screened set have room; those answered with an error, or left out, are asked
-        directly until they answer (their errors stay DescribeProducers' own). The batch's
-        partitions are walked only where that can change something (a batch of screened
-        partitions, or room to join): a poll that asks many partitions directly past the
-        limit costs no walk over them."""
+        has room (NEW_SCREENED_PER_POLL); those answered with an error, or left out, are
+        asked directly until they answer (their errors stay DescribeProducers' own). The
+        batch's partitions are walked only where that can change something (a batch of
+        screened partitions, or room to join): the rest of a joining poll costs no walk."""
         screened = self._screened
         unanswered = {tp for tp, _ in answer.errors}
         unanswered.update(answer.missing)
         changed = False
         for tp in unanswered:
-            if screened.pop(tp, None) is not None:
+            if screened.discard(tp.topic, tp.partition):
                 changed = True
         counts = dict(answer.state_counts)
         for tp, count in counts.items():
             if tp in unanswered:
                 continue
-            if tp not in screened:
-                if count < SCREEN_AT_ONCE_FROM_STATES:
-                    continue  # joins below, if there is room
+            if tp not in screened and count < SCREEN_AT_ONCE_FROM_STATES:
+                continue  # joins below, if there is room
+            if screened.set(tp.topic, tp.partition, count):
                 changed = True
-            screened[tp] = count
-        room = min(
-            NEW_SCREENED_PER_POLL - self._joined_this_poll,
-            FEW_STATES_SCREENED_BELOW - len(screened),
-        )
+        room = NEW_SCREENED_PER_POLL - self._joined_this_poll
         if screened_batch or room > 0:
             for topic, partitions in batch:
                 for p in partitions:
@@ -521,9 +510,9 @@ class ProducerStateReader:
                     if tp in unanswered:
                         continue
                     if tp in screened:
-                        screened[tp] = counts.get(tp, 0)
+                        screened.set(topic, p, counts.get(tp, 0))
                     elif room > 0:
-                        screened[tp] = counts.get(tp, 0)
+                        screened.set(topic, p, counts.get(tp, 0))
                         self._joined_this_poll += 1
                         room -= 1
                         changed = True

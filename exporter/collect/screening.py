@@ -27,8 +27,11 @@ in full in the same poll, and the partitions that answer named are asked Describ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from exporter.collect.apis.fetch import FetchSessionExchange, SessionRequest, next_epoch
@@ -80,34 +83,106 @@ class ScreenResult:
             self.ask.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
 
 
+def _ascending(indexes: Sequence[int]) -> bool:
+    return all(a < b for a, b in pairwise(indexes))
+
+
+def _none(size: int) -> array[int]:
+    return array("q", [NO_OFFSET]) * size
+
+
+NO_OFFSET = -1
+"""In `_Topic`'s arrays: no HW read (the partition is cold) / not held by the session."""
+
+
+@dataclass(slots=True)
+class _Topic:
+    """A leader's screened partitions of one topic, ascending, with, at the same position,
+    the HW last read without error and the fetch offset the leader's session holds (each
+    NO_OFFSET when there is none). Arrays, not dicts keyed by TopicPartition: a screened
+    partition costs a few bytes here, so every partition of a large cluster can be screened."""
+
+    partitions: array[int]
+    """A copy, not Metadata's list: a Metadata answer's parse is let go when the next one
+    comes (`ClusterClient.on_metadata_change`)."""
+    high_watermarks: array[int]
+    held: array[int]
+
+    @classmethod
+    def of(cls, indexes: Sequence[int]) -> _Topic:
+        partitions = array("i", indexes if _ascending(indexes) else sorted(indexes))
+        return cls(partitions, _none(len(partitions)), _none(len(partitions)))
+
+    def slots(self) -> Iterator[tuple[int, int, int]]:
+        """(partition, HW, held fetch offset) of each partition."""
+        return zip(self.partitions, self.high_watermarks, self.held, strict=True)
+
+    def position(self, partition: int) -> int:
+        """Where `partition` is in the arrays; -1 when it is not screened here."""
+        i = bisect_left(self.partitions, partition)
+        if i < len(self.partitions) and self.partitions[i] == partition:
+            return i
+        return -1
+
+
 @dataclass(slots=True)
 class _Leader:
     """One leader's screened partitions and the exporter's side of its fetch session. Kept
     so that a poll where nothing moved costs work only for what it reports (and for the
     partitions with LSO < HW), not for every screened partition."""
 
-    wanted: frozenset[TopicPartition] = frozenset()
+    topics: dict[str, _Topic] = field(default_factory=dict)
     session_id: int = 0
     epoch: int = 0
     """The epoch of the next request; 0: a full fetch (which asks for a new session)."""
-    held: dict[TopicPartition, int] = field(default_factory=dict)
-    """The partitions the broker's session holds, with the fetch offset it holds for each."""
-    offsets: dict[TopicPartition, Offsets] = field(default_factory=dict)
-    """Of `wanted`, the offsets last read without error."""
+    read_count: int = 0
+    """Screened partitions with a HW read without error."""
     unclear: dict[TopicPartition, Offsets] = field(default_factory=dict)
-    """Of `offsets`, those with LSO < HW."""
+    """Of those, the ones with LSO < HW, and their offsets."""
     cold: set[TopicPartition] = field(default_factory=set)
-    """Of `wanted`, those without offsets: read with ListOffsets."""
+    """Screened partitions without offsets: read with ListOffsets."""
     to_send: dict[TopicPartition, int] = field(default_factory=dict)
     """Partitions to add to the session, or whose fetch offset to move, next request."""
-    to_forget: set[TopicPartition] = field(default_factory=set)
-    """Partitions the session holds that are no longer screened here: removed next request."""
+    to_forget: dict[TopicPartition, int] = field(default_factory=dict)
+    """Partitions the session holds that are no longer screened here, with the fetch offset
+    it holds (kept if one comes back): removed next request."""
+
+    def _slot(self, tp: TopicPartition) -> tuple[_Topic, int] | None:
+        topic = self.topics.get(tp.topic)
+        if topic is None:
+            return None
+        i = topic.position(tp.partition)
+        return None if i < 0 else (topic, i)
+
+    def high_watermark(self, tp: TopicPartition) -> int:
+        """The HW last read without error; NO_OFFSET when none (or not screened here)."""
+        slot = self._slot(tp)
+        return NO_OFFSET if slot is None else slot[0].high_watermarks[slot[1]]
+
+    def held_at(self, tp: TopicPartition) -> int:
+        slot = self._slot(tp)
+        return NO_OFFSET if slot is None else slot[0].held[slot[1]]
+
+    def hold(self, tp: TopicPartition, offset: int) -> None:
+        slot = self._slot(tp)
+        if slot is not None:
+            slot[0].held[slot[1]] = offset
+
+    def read_partitions(self) -> list[TopicPartition]:
+        """Every screened partition with a HW."""
+        return [
+            TopicPartition(name, p) for name, topic in self.topics.items()
+            for p, hw, _ in topic.slots() if hw != NO_OFFSET
+        ]
 
     def next_request(self) -> SessionRequest:
         """Full (epoch 0): every partition with offsets, at its HW; else what moved or
         joined, and what left."""
         if self.epoch == 0:
-            send = {tp: offsets.high_watermark for tp, offsets in self.offsets.items()}
+            send = {
+                TopicPartition(name, p): hw for name, topic in self.topics.items()
+                for p, hw, _ in topic.slots() if hw != NO_OFFSET
+            }
             return SessionRequest(self.session_id, 0, send, [])
         return SessionRequest(
             self.session_id, self.epoch, dict(self.to_send), sorted(self.to_forget)
@@ -115,26 +190,107 @@ class _Leader:
 
     def reset(self) -> None:
         self.epoch = 0
-        self.held = {}
+        self.forget_held()
         self.to_send = {}
-        self.to_forget = set()
+
+    def forget_held(self) -> None:
+        """The session holds nothing (a new one starts)."""
+        for topic in self.topics.values():
+            topic.held = _none(len(topic.partitions))
+        self.to_forget = {}
 
     def read(self, tp: TopicPartition, offsets: Offsets) -> None:
-        self.offsets[tp] = offsets
+        slot = self._slot(tp)
+        if slot is None:
+            return
+        topic, i = slot
+        hw = offsets.high_watermark
+        if topic.high_watermarks[i] == NO_OFFSET:
+            self.read_count += 1
+        topic.high_watermarks[i] = hw
         if offsets.clear:
             self.unclear.pop(tp, None)
         else:
             self.unclear[tp] = offsets
-        if self.held.get(tp) != offsets.high_watermark:
-            self.to_send[tp] = offsets.high_watermark
+        if topic.held[i] != hw:
+            self.to_send[tp] = hw
 
     def unread(self, tp: TopicPartition) -> None:
         """Its offsets are read afresh with ListOffsets (an error on the partition itself)."""
-        if tp in self.wanted:
-            self.offsets.pop(tp, None)
-            self.unclear.pop(tp, None)
-            self.to_send.pop(tp, None)
-            self.cold.add(tp)
+        slot = self._slot(tp)
+        if slot is None:
+            return
+        topic, i = slot
+        if topic.high_watermarks[i] != NO_OFFSET:
+            self.read_count -= 1
+            topic.high_watermarks[i] = NO_OFFSET
+        self.unclear.pop(tp, None)
+        self.to_send.pop(tp, None)
+        self.cold.add(tp)
+
+    def unread_all(self) -> list[TopicPartition]:
+        """Every partition's offsets forgotten (to be read with ListOffsets): returned."""
+        read = self.read_partitions()
+        for topic in self.topics.values():
+            topic.high_watermarks = _none(len(topic.partitions))
+        self.read_count = 0
+        self.unclear.clear()
+        return read
+
+    def sent(self, send: Mapping[TopicPartition, int]) -> None:
+        """The session now holds `send` at those offsets: a partition whose HW has not moved
+        since is sent no more."""
+        for tp, offset in send.items():
+            slot = self._slot(tp)
+            if slot is None:
+                continue
+            topic, i = slot
+            topic.held[i] = offset
+            hw = topic.high_watermarks[i]
+            if hw in (NO_OFFSET, offset):
+                self.to_send.pop(tp, None)
+        if not self.to_send:
+            self.to_send = {}  # an emptied dict keeps its table
+
+    def rescope(self, per_topic: Mapping[str, Sequence[int]]) -> None:
+        """The leader's screened partitions are now `per_topic`: a partition no longer
+        screened here is forgotten (the session drops it next request), one new here is
+        cold."""
+        topics: dict[str, _Topic] = {}
+        for name, indexes in per_topic.items():
+            old = self.topics.get(name)
+            topic = _Topic.of(indexes)
+            if old is not None and old.partitions == topic.partitions:
+                topics[name] = old
+                continue
+            kept: dict[int, tuple[int, int]] = {}
+            if old is not None:
+                kept = {p: (hw, held) for p, hw, held in old.slots()}
+            for i, p in enumerate(topic.partitions):
+                was = kept.pop(p, None)
+                if was is None:
+                    tp = TopicPartition(name, p)
+                    self.cold.add(tp)
+                    topic.held[i] = self.to_forget.pop(tp, NO_OFFSET)
+                else:
+                    topic.high_watermarks[i], topic.held[i] = was
+            for p, (hw, held) in kept.items():
+                self._drop(TopicPartition(name, p), hw, held)
+            topics[name] = topic
+        for name, old in self.topics.items():
+            if name not in topics:
+                for p, hw, held in old.slots():
+                    self._drop(TopicPartition(name, p), hw, held)
+        self.topics = topics
+
+    def _drop(self, tp: TopicPartition, hw: int, held: int) -> None:
+        if hw != NO_OFFSET:
+            self.read_count -= 1
+        self.unclear.pop(tp, None)
+        self.to_send.pop(tp, None)
+        self.cold.discard(tp)
+        if held != NO_OFFSET:
+            self.to_forget[tp] = held
 
 
 class Screen:
@@ -144,6 +300,11 @@ class Screen:
         self._driver = driver
         self._leaders: dict[int, _Leader] = {}
         self._by_leader: ByLeader | None = None
+
+    def forget_scope(self) -> None:
+        """Metadata changed: `by_leader` (Metadata's lists) is let go with its parse; the next
+        screen rescopes."""
+        self._by_leader = None
 
     async def screen(
         self, by_leader: ByLeader, state: PollState, *, start_session: bool = False
@@ -165,23 +326,8 @@ class Screen:
         longer screened by the same leader is forgotten there (read afresh where it went)."""
         leaders: dict[int, _Leader] = {}
         for leader, per_topic in by_leader.items():
-            wanted = frozenset(
-                TopicPartition(topic, p) for topic, indexes in per_topic.items()
-                for p in indexes
-            )
             at = self._leaders.get(leader) or _Leader()
-            if wanted != at.wanted:
-                for tp in at.wanted - wanted:
-                    at.offsets.pop(tp, None)
-                    at.unclear.pop(tp, None)
-                    at.to_send.pop(tp, None)
-                    at.cold.discard(tp)
-                    if tp in at.held:
-                        at.to_forget.add(tp)
-                added = wanted - at.wanted
-                at.cold.update(added)
-                at.to_forget.difference_update(added)
-                at.wanted = wanted
+            at.rescope(per_topic)
             leaders[leader] = at  # a leader left out: the broker evicts its idle session
         self._leaders = leaders
         self._by_leader = by_leader
@@ -193,15 +339,13 @@ class Screen:
         cold = sorted(at.cold)
         reported: set[TopicPartition] = set()
         fetched = True
-        if at.offsets:
+        if at.read_count:
             fetched = await self._fetch(leader, at, state, result, reported)
             if not fetched:  # no session to be had: the two ListOffsets for all
-                cold.extend(at.offsets)
-                at.offsets.clear()
-                at.unclear.clear()
+                cold.extend(at.unread_all())
         if cold:
             await self._list_offsets(leader, at, cold, state, result, reported)
-            if start_session and fetched and at.offsets:
+            if start_session and fetched and at.read_count:
                 await self._fetch(leader, at, state, result, reported)
         for tp, offsets in at.unclear.items():
             result.add(leader, tp)
@@ -235,7 +379,7 @@ class Screen:
         """`tps` to DescribeProducers whatever their offsets say (those with LSO < HW are
         asked already), none of them "unchanged"."""
         for tp in tps:
-            if tp in at.offsets and tp not in at.unclear:
+            if at.high_watermark(tp) != NO_OFFSET and tp not in at.unclear:
                 result.add(leader, tp)
         reported.update(tps)
 
@@ -244,23 +388,25 @@ class Screen:
     ) -> None:
         """No answer to go by: every partition to DescribeProducers, a full fetch next."""
         at.reset()
-        for tp in at.offsets:
+        read = at.read_partitions()
+        for tp in read:
             if tp not in at.unclear:
                 result.add(leader, tp)
-        reported.update(at.offsets)  # nothing "unchanged" this poll
+        reported.update(read)  # nothing "unchanged" this poll
 
     def _answered(
         self, leader: int, at: _Leader, sent: SessionRequest, response: Any,
         state: PollState, result: ScreenResult, reported: set[TopicPartition],
     ) -> None:
         send, forget, full = sent.send, sent.forget, sent.full
-        held = at.held
-        new = send if full else {tp: o for tp, o in send.items() if tp not in held}
+        new = send if full else {
+            tp: o for tp, o in send.items() if at.held_at(tp) == NO_OFFSET
+        }
         broken = False
         for topic in response.responses:
             for part in topic.partitions:
                 tp = TopicPartition(topic.topic, part.partition_index)
-                if tp not in at.offsets:
+                if at.high_watermark(tp) == NO_OFFSET:
                     continue  # not screened here (any more), or read afresh this poll
                 reported.add(tp)
                 if part.error_code:
@@ -293,20 +439,14 @@ class Screen:
             at.reset()
             return
         if full:
-            held.clear()
+            at.forget_held()  # the new session holds only what was sent
             at.epoch = 1
-            at.to_forget.clear()  # the new session holds only what was sent
         else:
             at.epoch = next_epoch(at.epoch)
             for tp in forget:
-                held.pop(tp, None)
-            at.to_forget.difference_update(forget)
+                at.to_forget.pop(tp, None)
         at.session_id = response.session_id
-        held.update(send)
-        for tp in send:
-            offsets = at.offsets.get(tp)
-            if offsets is None or offsets.high_watermark == held[tp]:
-                at.to_send.pop(tp, None)
+        at.sent(send)
 
     async def _list_offsets(
         self, leader: int, at: _Leader, tps: list[TopicPartition], state: PollState,

@@ -129,15 +129,6 @@ def test_partitions_with_few_states_join_the_screening_a_bounded_number_per_poll
     assert asked_per_poll_without_states(monkeypatch, 5) == [12, 7, 2, 0, 0]
 
 
-def test_partitions_with_few_states_join_only_while_few_are_screened(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Past FEW_STATES_SCREENED_BELOW screened partitions, one with few states is asked
-    directly every poll (no session state kept for it), and still reports the truth."""
-    monkeypatch.setattr(producers, "FEW_STATES_SCREENED_BELOW", 8)
-    assert asked_per_poll_without_states(monkeypatch, 4) == [12, 4, 4, 4]
-
-
 def test_a_crowded_partition_is_screened_whatever_the_budget(
     sim: SimCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,108 @@
+"""The partitions the producer reader screens, each with the producer states its last
+DescribeProducers answer held (`collect.producers`). Kept per topic in an array indexed by
+partition: a screened partition costs four bytes, not a dict entry and a `TopicPartition`
+of its own, so every partition of a cluster of a million can be screened."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+
+from exporter.model import TopicPartition
+
+_ABSENT = -1
+_NONE: array[int] = array("i")
+_DENSE_BELOW = 1 << 20
+"""Partition indexes kept in the topic's array; a larger one (no real topic has that many
+partitions, a garbage answer might name one) is kept in a dict instead of growing the array."""
+
+
+class ScreenedPartitions:
+    """Screened partitions and their producer-state counts."""
+
+    def __init__(self) -> None:
+        self._topics: dict[str, array[int]] = {}
+        self._sparse: dict[TopicPartition, int] = {}
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def get(self, topic: str, partition: int) -> int | None:
+        """Its count, or None when it is not screened."""
+        if partition >= _DENSE_BELOW or partition < 0:
+            return self._sparse.get(TopicPartition(topic, partition))
+        counts = self._topics.get(topic)
+        if counts is None or partition >= len(counts):
+            return None
+        count = counts[partition]
+        return None if count == _ABSENT else count
+
+    def __contains__(self, tp: TopicPartition) -> bool:
+        return self.get(tp.topic, tp.partition) is not None
+
+    def set(self, topic: str, partition: int, count: int) -> bool:
+        """Screened with `count`; True when it was not screened before."""
+        if partition >= _DENSE_BELOW or partition < 0:
+            tp = TopicPartition(topic, partition)
+            added = tp not in self._sparse
+            self._sparse[tp] = count
+        else:
+            counts = self._topics.get(topic)
+            if counts is None:
+                counts = self._topics[topic] = array("i")
+            if partition >= len(counts):
+                counts.extend(array("i", [_ABSENT]) * (partition + 1 - len(counts)))
+            added = counts[partition] == _ABSENT
+            counts[partition] = count
+        self._size += added
+        return added
+
+    def discard(self, topic: str, partition: int) -> bool:
+        """No longer screened; True when it was."""
+        if partition >= _DENSE_BELOW or partition < 0:
+            removed = self._sparse.pop(TopicPartition(topic, partition), None) is not None
+        else:
+            counts = self._topics.get(topic)
+            removed = (
+                counts is not None and partition < len(counts)
+                and counts[partition] != _ABSENT
+            )
+            if removed:
+                counts[partition] = _ABSENT  # type: ignore[index]
+        self._size -= removed
+        return removed
+
+    def split(self, topic: str, indexes: Sequence[int]) -> tuple[Sequence[int], Sequence[int]]:
+        """(`indexes` not screened, `indexes` screened): `indexes` itself where it is all one
+        or the other, so a topic wholly screened costs no second list."""
+        counts = self._topics.get(topic, _NONE)
+        size, sparse = len(counts), self._sparse
+        screened = [
+            p for p in indexes
+            if (counts[p] != _ABSENT if 0 <= p < size
+                else bool(sparse) and TopicPartition(topic, p) in sparse)
+        ]
+        if not screened:
+            return indexes, ()
+        if len(screened) == len(indexes):
+            return (), indexes
+        kept = set(screened)
+        return [p for p in indexes if p not in kept], screened
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        for topic, counts in self._topics.items():
+            for partition, count in enumerate(counts):
+                if count != _ABSENT:
+                    yield TopicPartition(topic, partition)
+        yield from self._sparse
+
+    def keep_only(self, listed: Callable[[TopicPartition], bool]) -> bool:
+        """Forget every partition `listed` says no; True when one was."""
+        gone = [tp for tp in self if not listed(tp)]
+        for tp in gone:
+            self.discard(tp.topic, tp.partition)
+        empty = [t for t, counts in self._topics.items() if counts.count(_ABSENT) == len(counts)]
+        for topic in empty:
+            del self._topics[topic]
+        return bool(gone)
