@@ -365,8 +365,11 @@ class ProducerStateReader:
                 return budget
             return per_partition + per_state * (counts.get(topic, p) or 0)
 
-        if not refused:
-            expected = sum(cost_of(t, p) for t, indexes in batch for p in indexes)
+        if not (refused or alone):
+            expected = sum(
+                per_partition * len(indexes) + per_state * counts.states(t, indexes)
+                for t, indexes in batch
+            )
             if expected <= budget:
                 return [batch]
         parts: list[list[tuple[str, Sequence[int]]]] = []

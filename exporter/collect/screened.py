@@ -73,6 +73,18 @@ class ScreenedPartitions:
         self._size -= removed
         return removed
 
+    def states(self, topic: str, indexes: Sequence[int]) -> int:
+        """The states counted for `indexes` of `topic` in all."""
+        counts = self._topics.get(topic, _NONE)
+        size = len(counts)
+        total = sum(counts[p] for p in indexes if 0 <= p < size and counts[p] > 0)
+        if self._sparse:
+            total += sum(
+                self._sparse.get(TopicPartition(topic, p), 0) for p in indexes
+                if not 0 <= p < size
+            )
+        return total
+
     def split(self, topic: str, indexes: Sequence[int]) -> tuple[Sequence[int], Sequence[int]]:
         """(`indexes` not screened, `indexes` screened): `indexes` itself where it is all one
         or the other, so a topic wholly screened costs no second list."""
