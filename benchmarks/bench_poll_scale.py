@@ -14,7 +14,9 @@ Processes:
   partitions left unobserved. The observation is dropped before the next poll, as the daemon
   does, so the poller's peak RSS (VmHWM) is that of one poll. After the last poll, the
   pure-Python floor in the same process: each partition of the poll's mapping read once into
-  a row; the warm poll's CPU is printed against it.
+  a row; the warm polls' median CPU is printed against it, and so is the median of the last
+  three polls (the settled poll, once `--polls` is enough for every partition to have joined
+  the screening: 20,000 join per poll).
 With `--baseline-tree DIR` the poller of another checkout (e.g. `git archive` of main before a
 change, with its own copy of this script) polls the same simulator in the same run, the runs
 interleaved `--repeat` times: ratio = this / baseline. With `--sim-baseline-tree DIR` the same
@@ -48,6 +50,8 @@ from bench_sim_scale import _metadata_round_trip
 SCRIPT = Path(__file__).resolve()
 TARGET_WALL_SECONDS = 10.0
 TARGET_RSS_MIB = 400.0
+SETTLED_POLLS = 3
+"""The last polls of a run, once every partition has joined the screening (enough --polls)."""
 
 
 def serve(brokers: int, partitions: int, latency_ms: int) -> int:
@@ -150,10 +154,14 @@ def _summarize(result: dict[str, Any]) -> dict[str, Any]:
     warm = result["polls"][1:] or result["polls"]
     for key in ("wall_seconds", "cpu_seconds", "sim_cpu_seconds"):
         result[f"warm_median_{key}"] = round(statistics.median(p[key] for p in warm), 3)
+    settled = result["polls"][-SETTLED_POLLS:]
+    result["settled_median_cpu_seconds"] = round(
+        statistics.median(p["cpu_seconds"] for p in settled), 3)
     result["lost_requests_total"] = sum(p["lost_requests"] for p in result["polls"])
     if result["floor_cpu_seconds"] > 0:
-        result["warm_cpu_vs_floor"] = round(
-            result["warm_median_cpu_seconds"] / result["floor_cpu_seconds"], 2)
+        for key in ("warm", "settled"):
+            result[f"{key}_cpu_vs_floor"] = round(
+                result[f"{key}_median_cpu_seconds"] / result["floor_cpu_seconds"], 2)
     return result
 
 
@@ -213,7 +221,8 @@ def _print(label: str, r: dict[str, Any]) -> None:
           f"poller peak RSS {r['hwm_mib']} MiB")
     print(f"  pure-Python floor (each partition read once into a row): "
           f"{r['floor_cpu_seconds']} s CPU; warm poller CPU / floor: "
-          f"{r.get('warm_cpu_vs_floor', '-')}")
+          f"{r.get('warm_cpu_vs_floor', '-')}; the last {SETTLED_POLLS} polls' median "
+          f"{r['settled_median_cpu_seconds']} s, / floor: {r.get('settled_cpu_vs_floor', '-')}")
 
 
 def main(argv: list[str]) -> int:
@@ -263,10 +272,14 @@ def main(argv: list[str]) -> int:
             mine = statistics.median(r[f"warm_median_{key}"] for r in runs["this"])
             theirs = statistics.median(r[f"warm_median_{key}"] for r in runs["baseline"])
             summary[f"ratio_exporter_warm_{key}"] = common.ratio(mine, theirs)
+        summary["ratio_exporter_settled_cpu_seconds"] = common.ratio(
+            statistics.median(r["settled_median_cpu_seconds"] for r in runs["this"]),
+            statistics.median(r["settled_median_cpu_seconds"] for r in runs["baseline"]))
         print(f"  ratios this/baseline exporter (warm medians over {args.repeat} runs each): "
               f"wall {summary['ratio_exporter_warm_wall_seconds']}, sim CPU "
               f"{summary['ratio_exporter_warm_sim_cpu_seconds']}, poller CPU "
-              f"{summary['ratio_exporter_warm_cpu_seconds']}")
+              f"{summary['ratio_exporter_warm_cpu_seconds']}; poller CPU of the last "
+              f"{SETTLED_POLLS} polls {summary['ratio_exporter_settled_cpu_seconds']}")
     if args.sim_baseline_tree is not None:
         base = measure(args.brokers, args.partitions, args.latency_ms, args.baseline_polls,
                        args.sim_baseline_tree)["this"][0]
