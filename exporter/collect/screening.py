@@ -166,11 +166,6 @@ class _Leader:
         slot = self._slot(tp)
         return NO_OFFSET if slot is None else slot[0].held[slot[1]]
 
-    def hold(self, tp: TopicPartition, offset: int) -> None:
-        slot = self._slot(tp)
-        if slot is not None:
-            slot[0].held[slot[1]] = offset
-
     def read_partitions(self) -> list[TopicPartition]:
         """Every screened partition with a HW."""
         return [
