@@ -17,6 +17,10 @@ _DENSE_BELOW = 1 << 20
 partitions, a garbage answer might name one) is kept in a dict instead of growing the array."""
 
 
+def _dense(partition: int) -> bool:
+    return 0 <= partition < _DENSE_BELOW
+
+
 class ScreenedPartitions:
     """Screened partitions and their producer-state counts."""
 
@@ -30,48 +34,39 @@ class ScreenedPartitions:
 
     def get(self, topic: str, partition: int) -> int | None:
         """Its count, or None when it is not screened."""
-        if partition >= _DENSE_BELOW or partition < 0:
+        if not _dense(partition):
             return self._sparse.get(TopicPartition(topic, partition))
-        counts = self._topics.get(topic)
-        if counts is None or partition >= len(counts):
+        counts = self._topics.get(topic, _NONE)
+        if partition >= len(counts) or counts[partition] == _ABSENT:
             return None
-        count = counts[partition]
-        return None if count == _ABSENT else count
+        return counts[partition]
 
     def __contains__(self, tp: TopicPartition) -> bool:
         return self.get(tp.topic, tp.partition) is not None
 
     def set(self, topic: str, partition: int, count: int) -> bool:
         """Screened with `count`; True when it was not screened before."""
-        if partition >= _DENSE_BELOW or partition < 0:
-            tp = TopicPartition(topic, partition)
-            added = tp not in self._sparse
-            self._sparse[tp] = count
+        added = self.get(topic, partition) is None
+        if not _dense(partition):
+            self._sparse[TopicPartition(topic, partition)] = count
         else:
-            counts = self._topics.get(topic)
-            if counts is None:
-                counts = self._topics[topic] = array("i")
+            counts = self._topics.setdefault(topic, array("i"))
             if partition >= len(counts):
                 counts.extend(array("i", [_ABSENT]) * (partition + 1 - len(counts)))
-            added = counts[partition] == _ABSENT
             counts[partition] = count
         self._size += added
         return added
 
     def discard(self, topic: str, partition: int) -> bool:
         """No longer screened; True when it was."""
-        if partition >= _DENSE_BELOW or partition < 0:
-            removed = self._sparse.pop(TopicPartition(topic, partition), None) is not None
+        if self.get(topic, partition) is None:
+            return False
+        if _dense(partition):
+            self._topics[topic][partition] = _ABSENT
         else:
-            counts = self._topics.get(topic)
-            removed = (
-                counts is not None and partition < len(counts)
-                and counts[partition] != _ABSENT
-            )
-            if removed:
-                counts[partition] = _ABSENT  # type: ignore[index]
-        self._size -= removed
-        return removed
+            del self._sparse[TopicPartition(topic, partition)]
+        self._size -= 1
+        return True
 
     def states(self, topic: str, indexes: Sequence[int]) -> int:
         """The states counted for `indexes` of `topic` in all."""

@@ -166,22 +166,21 @@ class _Leader:
         slot = self._slot(tp)
         return NO_OFFSET if slot is None else slot[0].held[slot[1]]
 
+    def _read_high_watermarks(self) -> Iterator[tuple[TopicPartition, int]]:
+        """Every screened partition with a HW, and that HW."""
+        for name, topic in self.topics.items():
+            for p, hw, _ in topic.slots():
+                if hw != NO_OFFSET:
+                    yield TopicPartition(name, p), hw
+
     def read_partitions(self) -> list[TopicPartition]:
-        """Every screened partition with a HW."""
-        return [
-            TopicPartition(name, p) for name, topic in self.topics.items()
-            for p, hw, _ in topic.slots() if hw != NO_OFFSET
-        ]
+        return [tp for tp, _ in self._read_high_watermarks()]
 
     def next_request(self) -> SessionRequest:
         """Full (epoch 0): every partition with offsets, at its HW; else what moved or
         joined, and what left."""
         if self.epoch == 0:
-            send = {
-                TopicPartition(name, p): hw for name, topic in self.topics.items()
-                for p, hw, _ in topic.slots() if hw != NO_OFFSET
-            }
-            return SessionRequest(self.session_id, 0, send, [])
+            return SessionRequest(self.session_id, 0, dict(self._read_high_watermarks()), [])
         return SessionRequest(
             self.session_id, self.epoch, dict(self.to_send), sorted(self.to_forget)
         )
