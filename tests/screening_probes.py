@@ -1,4 +1,5 @@
-"""What the poller asks of DescribeProducers, counted for the screening tests."""
+"""What the poller asks of DescribeProducers and ListOffsets, counted for the screening
+tests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from exporter.collect import producers
+from exporter.collect.apis import list_offsets
 
 
 def describe_producers_asked(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, int]]:
@@ -28,4 +30,19 @@ def describe_producers_asked(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[s
         return sent
 
     monkeypatch.setattr(producers, "describe_producers_request", counting)
+    return counts
+
+
+def list_offsets_asked(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, int]]:
+    """Every partition put in a ListOffsets request built, counted (twice per read: one
+    request per isolation level)."""
+    counts: Counter[tuple[str, int]] = Counter()
+    make = list_offsets.list_offsets_request
+
+    def counting(partitions: dict[str, list[int]], isolation_level: int) -> Any:
+        for topic, indexes in partitions.items():
+            counts.update((topic, p) for p in indexes)
+        return make(partitions, isolation_level)
+
+    monkeypatch.setattr(list_offsets, "list_offsets_request", counting)
     return counts

@@ -425,14 +425,17 @@ def decode_describe_producers(
 
 
 def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
-    """Fetch response v12-v17 (flexible) -> `LeanFetchResponse`; aborted transactions, the
-    preferred replica and tagged fields are skipped."""
-    if not 12 <= version <= 17:
-        raise ValueError(f"lean Fetch decoder handles v12-v17, not v{version}")
+    """Fetch response v7-v17 -> `LeanFetchResponse` (flexible from v12: compact lengths and
+    tagged fields, response header v1; v0 before); aborted transactions, the preferred
+    replica (v11+) and tagged fields are skipped."""
+    if not 7 <= version <= 17:
+        raise ValueError(f"lean Fetch decoder handles v7-v17, not v{version}")
     data = bytes(payload)
-    pos = _skip_tags(data, 4)
+    flexible = version >= 12
+    pos = _skip_tags(data, 4) if flexible else 4
     throttle_time_ms, error_code, session_id = _FETCH_TOP.unpack_from(data, pos)
-    count, pos = _array(data, pos + _FETCH_TOP.size, "responses")
+    count, pos = _list_length(data, pos + _FETCH_TOP.size, flexible, "responses")
+    replica_size = 4 if version >= 11 else 0
     topics: list[FetchTopic] = []
     for _ in range(count):
         topic: str | None = None
@@ -442,29 +445,46 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
             if raw_id != _ZERO_UUID_BYTES:
                 topic_id = uuid.UUID(bytes=raw_id)
             pos += 16
-        else:
+        elif flexible:
             topic, pos = _string(data, pos, "responses[].topic")
-        partition_count, pos = _array(data, pos, "responses[].partitions")
+        else:
+            topic, pos = _int16_string(data, pos, "responses[].topic")
+        partition_count, pos = _list_length(data, pos, flexible, "responses[].partitions")
         partitions: list[FetchPartition] = []
         for _ in range(partition_count):
             index, partition_error, hw, lso, log_start = _FETCH_PARTITION_HEAD.unpack_from(
                 data, pos
             )
-            aborted, pos = _length(data, pos + _FETCH_PARTITION_HEAD.size)
-            for _ in range(max(aborted, 0)):
-                pos = _skip_tags(data, pos + 16)  # producer_id, first_offset
-            size, pos = _length(data, pos + 4)  # after preferred_read_replica
+            pos += _FETCH_PARTITION_HEAD.size
+            aborted, pos = _nullable_length(data, pos, flexible)
+            if flexible:
+                for _ in range(max(aborted, 0)):
+                    pos = _skip_tags(data, pos + 16)  # producer_id, first_offset
+            else:
+                pos += 16 * max(aborted, 0)
+            size, pos = _nullable_length(data, pos + replica_size, flexible)
             records: bytes | None = None
             if size >= 0:
                 records = data[pos : pos + size]
                 pos += size
-            pos = _skip_tags(data, pos)
+            if flexible:
+                pos = _skip_tags(data, pos)
             partitions.append(FetchPartition(index, partition_error, hw, lso, log_start, records))
-        pos = _skip_tags(data, pos)
+        if flexible:
+            pos = _skip_tags(data, pos)
         topics.append(FetchTopic(topic, topic_id, partitions))
-    pos = _skip_tags(data, pos)
+    if flexible:
+        pos = _skip_tags(data, pos)
     _end(data, pos)
     return LeanFetchResponse(version, throttle_time_ms, error_code, session_id, topics)
+
+
+def _nullable_length(data: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    """A nullable array's or bytes' length (-1: null), compact or int32."""
+    if flexible:
+        return _length(data, pos)
+    (size,) = _I32.unpack_from(data, pos)
+    return size, pos + 4
 
 
 # -- ListOffsets ------------------------------------------------------------------------------
@@ -536,7 +556,7 @@ Decoder = Callable[[bytes, int], Any]
 """(payload with response header, version) -> decoded response."""
 
 _LEAN: dict[int, tuple[Decoder, range]] = {
-    FETCH: (decode_fetch, range(12, 18)),
+    FETCH: (decode_fetch, range(7, 18)),
     LIST_OFFSETS: (decode_list_offsets, range(1, 12)),
     METADATA: (decode_metadata, range(9, 14)),
     DESCRIBE_PRODUCERS: (decode_describe_producers, range(0, 1)),

@@ -162,7 +162,10 @@ class ClusterPoller:
         )
         open_txns, offsets = await asyncio.gather(
             timed(PollPhase.START_TIMES, self._start_times.resolve(meta, state)),
-            timed(PollPhase.LIST_OFFSETS, self._lso.read(meta, state)),
+            timed(
+                PollPhase.LIST_OFFSETS,
+                self._lso.read(meta, state, self._producers.offsets_read),
+            ),
         )
         coordinator_view = await timed(
             PollPhase.DESCRIBE_TRANSACTIONS,

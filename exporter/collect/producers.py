@@ -47,9 +47,10 @@ from exporter.collect.client import MetadataView, batch_partitions
 from exporter.collect.connection import BrokerConnection, CollectError, ResponseTooLarge
 from exporter.collect.driver import BatchRun, Driver, FreshLeaderStrategy
 from exporter.collect.fastencode import LeanRequest
+from exporter.collect.lso import Offsets
 from exporter.collect.pollstate import PollState
 from exporter.collect.screened import ScreenedPartitions
-from exporter.collect.screening import Offsets, Screen
+from exporter.collect.screening import Screen
 from exporter.model import ProducerEntry, TopicPartition
 from exporter.settings import ClusterSettings
 
@@ -132,6 +133,9 @@ class ProducerStateReader:
         self._answers: dict[TopicPartition, tuple[int, Offsets, list[ProducerEntry]]] = {}
         """Screened partitions with LSO < HW: (leader, offsets, open entries) of the last
         DescribeProducers answer, reused while the session reports the offsets unchanged."""
+        self.offsets_read: Mapping[TopicPartition, Offsets] = {}
+        """This poll's screening: the offsets of the partitions with LSO < HW, as their
+        leader reported them (the LSO lag needs no ListOffsets for them)."""
         driver.client.on_metadata_change(self._forget_batches)
 
     def _forget_batches(self) -> None:
@@ -147,6 +151,7 @@ class ProducerStateReader:
     async def read(self, meta: MetadataView, state: PollState) -> None:
         self._polls += 1
         self._joined_this_poll = 0
+        self.offsets_read = {}
         first, self._started = self._screening and not self._started, True
         # NOT_LEADER_OR_FOLLOWER, or a leader that refused the connection: leadership may
         # have moved since Metadata; asked again where a fresh one says, once per poll.
@@ -170,6 +175,7 @@ class ProducerStateReader:
             flagged = self._reuse_answers(screen.ask, screen.unchanged, state)
             # LSO < HW, or offsets unknown: asked as before (never "no transaction").
             await self._round(run, flagged, state, cache=False, offsets=screen.offsets)
+            self.offsets_read = screen.read
         await run.retry(self._handler(None), meta, state)
 
     async def _screened_start(
@@ -218,6 +224,7 @@ class ProducerStateReader:
             self._screen.screen(screened, state, start_session=True),
         )
         await self._round(run, screen.ask, state, cache=False, offsets=screen.offsets)
+        self.offsets_read = screen.read
 
     def _reuse_answers(
         self,

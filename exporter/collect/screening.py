@@ -39,7 +39,7 @@ from exporter.collect.apis.fetch import FetchSessionExchange, SessionRequest, ne
 from exporter.collect.client import MetadataView
 from exporter.collect.driver import Driver, EveryBroker
 from exporter.collect.errors import MISSING_FROM_ANSWER, error_name
-from exporter.collect.lso import StableOffsets, read_stable_offsets
+from exporter.collect.lso import Offsets, StableOffsets, read_stable_offsets
 from exporter.collect.pollstate import PollState
 from exporter.model import TopicPartition
 
@@ -50,16 +50,6 @@ INVALID_OFFSET = "INVALID_OFFSET"
 _NO_VIEW = MetadataView(brokers={}, leaders={}, by_leader={}, topic_ids={})
 """Each leader's session is asked of that leader (`EveryBroker`): no Metadata is read."""
 _EVERY_BROKER = EveryBroker()
-
-
-@dataclass(frozen=True, slots=True)
-class Offsets:
-    high_watermark: int
-    last_stable_offset: int
-
-    @property
-    def clear(self) -> bool:
-        return self.last_stable_offset == self.high_watermark
 
 
 @dataclass(slots=True)
@@ -73,7 +63,12 @@ class ScreenResult:
     HW, LSO and log start offset): their last DescribeProducers answer still holds below
     the HW (docs/kafka-semantics.md#fetch-sessions)."""
     offsets: dict[TopicPartition, Offsets] = field(default_factory=dict)
-    """The offsets read this poll for the partitions in `ask` that have them."""
+    """The last offsets read for the partitions in `ask` that have them."""
+    read: dict[TopicPartition, Offsets] = field(default_factory=dict)
+    """Of those, the ones their leader reported this poll (read, or unchanged in its
+    session): a Fetch up to v10 is answered only by the leader (`collect.apis.fetch`)."""
+    fresh: set[TopicPartition] = field(default_factory=set)
+    """Partitions whose offsets were read this poll."""
 
     added: set[TopicPartition] = field(default_factory=set)
     """The partitions in `ask` (each asked once, whatever says so)."""
@@ -349,6 +344,9 @@ class Screen:
             result.offsets[tp] = offsets
             if tp not in reported:
                 result.unchanged[tp] = offsets
+                result.read[tp] = offsets
+            elif tp in result.fresh:
+                result.read[tp] = offsets
 
     async def _fetch(
         self, leader: int, at: _Leader, state: PollState, result: ScreenResult,
@@ -421,6 +419,7 @@ class Screen:
                     broken = True
                     continue
                 at.read(tp, Offsets(hw, lso))
+                result.fresh.add(tp)
         missing = [tp for tp in new if tp not in reported]
         if missing:
             # A full answer, or a partition just added, always carries the partition.
@@ -465,3 +464,4 @@ class Screen:
                 result.add(leader, tp)
             else:
                 at.read(tp, Offsets(hw, read.last_stable_offsets[tp]))
+                result.fresh.add(tp)

@@ -749,7 +749,9 @@ def handle_fetch(state: ClusterState, ctx: RequestContext, req: Any) -> Any:
                  if rules else None)
         if error is None:
             error = NONE
-            if not _leads(p, ctx.broker_id):
+            # A consumer's Fetch v11+ carries client metadata (KIP-392): a follower serves it
+            # (FetchParams.fetchOnlyLeader), from its log; before v11 only the leader does.
+            if not (_leads(p, ctx.broker_id) or (v >= 11 and ctx.broker_id in p.replicas)):
                 error = NOT_LEADER_OR_FOLLOWER
             elif v >= 9 and rp.current_leader_epoch not in (-1, p.leader_epoch):
                 error = (FENCED_LEADER_EPOCH if rp.current_leader_epoch < p.leader_epoch

@@ -347,7 +347,7 @@ def fetch_records(draw: st.DrawFn) -> bytes | None:
 
 @st.composite
 def fetch_responses(draw: st.DrawFn) -> tuple[int, bytes]:
-    version = draw(st.integers(12, 17))
+    version = draw(st.integers(7, 17))
     topics = []
     for _ in range(draw(st.integers(0, 2))):
         partitions = [
@@ -369,7 +369,10 @@ def fetch_responses(draw: st.DrawFn) -> tuple[int, bytes]:
             partitions=partitions))
     response = FetchResponse(throttle_time_ms=draw(INT32), error_code=draw(INT16),
                              session_id=draw(INT32), responses=topics)
-    return version, with_header(with_tags(bytes(response.encode(version=version)), draw(TAGS)))
+    body = bytes(response.encode(version=version))
+    if version < 12:  # response header v0: the correlation id only
+        return version, struct.pack(">i", draw(INT32)) + body
+    return version, with_header(with_tags(body, draw(TAGS)))
 
 
 @settings(max_examples=300, deadline=None)
@@ -407,8 +410,8 @@ def test_truncated_fetch_raises_never_returns_partial(
 
 def test_fetch_versions_outside_the_lean_range_use_kafka_python() -> None:
     response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[])
-    payload = struct.pack(">i", 7) + bytes(response.encode(version=11))  # header v0
-    assert type(decode_response(FetchResponse, payload, 11, lean=True)) is FetchResponse
+    payload = struct.pack(">i", 7) + bytes(response.encode(version=6))  # header v0
+    assert type(decode_response(FetchResponse, payload, 6, lean=True)) is FetchResponse
     assert isinstance(lean(FetchResponse)(with_header(bytes(response.encode(version=17))), 17),
                       LeanFetchResponse)
 

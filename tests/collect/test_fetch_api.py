@@ -36,7 +36,7 @@ def test_the_request_reads_committed_offsets_without_bytes_at_the_negotiated_ver
     sent = fetch.SessionRequest(
         7, 3, {TopicPartition(T, 0): 10, TopicPartition("u", 2): 5}, [TopicPartition(T, 4)])
     request = fetch.fetch_session_request(sent)(connection(17))
-    assert request.API_VERSION == fetch.FETCH_SESSION_MAX_VERSION == 12
+    assert request.API_VERSION == fetch.FETCH_SESSION_MAX_VERSION == 10
     assert (request.isolation_level, request.max_bytes, request.max_wait_ms) == (1, 0, 0)
     assert (request.session_id, request.session_epoch) == (7, 3)
     assert {(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)

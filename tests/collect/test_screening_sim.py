@@ -17,7 +17,7 @@ import pytest
 from kafka_sim.cluster import SimCluster
 from kafka_sim.producer import open_transaction
 from kafka_sim.seed import seed_producer_states
-from screening_probes import describe_producers_asked
+from screening_probes import describe_producers_asked, list_offsets_asked
 from simhelpers import CAPTURE_BROKER_CONFIG, cluster_settings
 
 from exporter.collect.apis import fetch
@@ -136,6 +136,10 @@ def test_idle_partitions_cost_nothing_once_the_session_holds_them(
             assert set().union(*answers) == {(HOT, 3)}
             assert set(counts) == {(HOT, 3)}
             assert {(t.topic, t.partition) for t in obs.open_transactions} == {(HOT, 3)}
+            lso_read = list_offsets_asked(monkeypatch)
+            log = sim.call(lambda: sim.state.partition(HOT, 3).log)
+            lag = sim.call(lambda: log.high_watermark - log.last_stable_offset)
+            assert lag > 0 and obs.last_stable_offset_lag == {TopicPartition(HOT, 3): lag}
             for _ in range(2):  # it stands still: not asked, still reported
                 answers.clear()
                 counts.clear()
@@ -143,6 +147,9 @@ def test_idle_partitions_cost_nothing_once_the_session_holds_them(
                 assert not set().union(*answers)
                 assert not counts
                 assert open_keys(again) == open_keys(obs)
+                # Its LSO lag is its leader's session answer: no ListOffsets.
+                assert again.last_stable_offset_lag == {TopicPartition(HOT, 3): lag}
+                assert not lso_read
         finally:
             txn.abort()
         answers.clear()

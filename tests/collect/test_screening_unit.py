@@ -156,11 +156,13 @@ def test_the_session_starts_full_then_reports_only_what_moved() -> None:
     assert client.sent == [FetchSent(0, 0, {tp: hw for tp, hw in zip(tps(0, 1, 2), (10, 20, 30),
                                                                      strict=True)}, [])]
     assert result.ask == {1: {T: [2]}} and not result.unchanged and errors == []
+    assert result.read == {TopicPartition(T, 2): screening.Offsets(30, 25)}
     client.sent.clear()
     result, _ = poll(screen, {T: [0, 1, 2]})  # nothing moved: nothing sent, 2 unchanged
     assert client.sent == [FetchSent(7, 1, {}, [])]
     assert result.ask == {1: {T: [2]}}
     assert result.unchanged == {TopicPartition(T, 2): screening.Offsets(30, 25)}
+    assert result.read == result.unchanged  # the leader's session reports them as they were
     client.sent.clear()
     result, _ = poll(screen, {T: [0, 1, 2]})  # 1 moved, with a transaction now
     assert result.ask == {1: {T: [1, 2]}}
@@ -200,6 +202,9 @@ def test_a_session_in_doubt_sends_its_partitions_to_describe_producers_and_start
     expected = {"request": [0, 1, 2], "missing": [1, 2], "impossible": [0, 2],
                 "declined": [2]}[fault]
     assert sorted(result.ask[1][T]) == expected and list(result.ask) == [1]
+    if fault == "request":  # 2's offsets are last poll's: known, not read this poll
+        assert result.offsets == {TopicPartition(T, 2): screening.Offsets(30, 25)}
+        assert not result.read
     assert {"request": [("Fetch", "BROKER_UNREACHABLE")],
             "missing": [("Fetch", "MISSING_FROM_ANSWER")],
             "impossible": [("Fetch", "INVALID_OFFSET")],

@@ -6,9 +6,10 @@ The script is what the exporter screening its partitions does: one full READ_COM
 high watermark, then incremental Fetches that name only the partitions whose fetch offset moved;
 between them it writes (idempotent, transactional, an open transaction) and checks the session
 rules (forgotten partitions, wrong epoch, unknown session, closing, sessionless reads, offsets
-above the LSO and beyond the log end, the byte limits at 0). It runs at Fetch v12 (topic names)
-and at the highest version both sides share (topic ids), on a fresh topic pair each time, against
-the broker of the matrix version and against a fresh SimCluster with that version's profile.
+above the LSO and beyond the log end, the byte limits at 0). It runs at the exporter's Fetch
+version (v10, topic names) and at the highest version both sides share (topic ids), on a fresh
+topic pair each time, against the broker of the matrix version and against a fresh SimCluster
+with that version's profile.
 
 Normalized before comparing (and only this): session ids (each side's random ids become S1, S2,
 ... in order of appearance; 0 stays 0), topic names and ids (labels), producer ids (labels in
@@ -39,6 +40,8 @@ from kafka_sim.producer import (
 from kafka_sim.realkafka import RealKafkaCluster
 from realhelpers import VERIFICATION_OFF, idempotent_write, unique
 from waits import wait_for
+
+from exporter.collect.apis.fetch import FETCH_SESSION_MAX_VERSION
 
 NODE_ID = 1
 FETCH = 1
@@ -485,7 +488,7 @@ def transcripts(kafka_version: str, real_kafka: RealKafkaCluster) -> Iterator[Tr
     real = _side("real", real_kafka.bootstrap)
     try:
         top = real.client.api_version(FETCH, VersionRange(13, 18))
-        versions = [12, top]
+        versions = [FETCH_SESSION_MAX_VERSION, top]
         real_scripts = _run_side(real, lambda n, p: real_kafka.create_topic(n, p), versions, names)
     finally:
         real.client.close()

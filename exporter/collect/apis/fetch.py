@@ -25,8 +25,11 @@ _DECODE_FETCH = lean(FetchResponse)
 
 FETCH_SESSION_MIN_VERSION = 7
 """Fetch v7 (Kafka 1.1, KIP-227) is the first with sessions."""
-FETCH_SESSION_MAX_VERSION = 12
-"""v13+ names topics by id only; the session names them (every supported Kafka offers v12)."""
+FETCH_SESSION_MAX_VERSION = 10
+"""From v11 on, a broker serves a consumer's Fetch from a follower too (KIP-392,
+docs/kafka-semantics.md#metadata-between-polls); up to v10 only the leader answers, and an
+old leader answers NOT_LEADER_OR_FOLLOWER, so the session itself tells that a partition
+moved and its offsets are the leader's (every supported Kafka offers v7-v10)."""
 SESSION_ERRORS = frozenset({70, 71, 106})
 """FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR: the
 broker no longer holds the session as the exporter does; a full fetch starts a new one."""
