@@ -16,8 +16,10 @@ exchange runs on the admin driver (`collect.apis.fetch`); the session's state an
 answers mean stay here.
 
 A partition is "clear" only when its offsets were read without error and LSO == HW; every
-other partition (LSO < HW, an error, left out of a full answer, a failed request, an
-impossible pair) must be asked DescribeProducers: never "no transaction" by default.
+other partition (LSO < HW, an error, left out of a full answer, an impossible pair, offsets
+that could not be read at all) must be asked DescribeProducers: never "no transaction" by
+default. When a leader's Fetch brings no answer, its partitions are read with ListOffsets
+first, as on their first poll.
 
 An answer that contradicts its request (a partition listed twice, an incremental answer
 carrying another session's id) proves nothing: believed, it could hide an open transaction
@@ -333,7 +335,7 @@ class Screen:
         fetched = True
         if at.read_count:
             fetched = await self._fetch(leader, at, state, result, reported)
-            if not fetched:  # no session to be had: the two ListOffsets for all
+            if not fetched:  # no session, or no answer to go by: the two ListOffsets for all
                 cold.extend(at.unread_all())
         if cold:
             await self._list_offsets(leader, at, cold, state, result, reported)
@@ -353,15 +355,18 @@ class Screen:
         reported: set[TopicPartition],
     ) -> bool:
         """Screen the leader's partitions with offsets through its session; False when the
-        broker cannot hold one (Fetch older than v7), so that ListOffsets reads them."""
+        broker cannot hold one (Fetch older than v7) or gave no answer to go by (a failed
+        request, an error code, a contradiction again), so that ListOffsets reads them: a few
+        bytes per partition whatever its producer states, where DescribeProducers of them all
+        would load most the broker that just failed to answer. A new session starts next
+        poll."""
         exchange = FetchSessionExchange(at)
         await self._driver.run(exchange, _EVERY_BROKER, [leader], _NO_VIEW, state, attempts=2)
-        if exchange.unsupported:
-            return False
         sent = exchange.sent
-        if exchange.answer is None or sent is None:
-            self._in_doubt(leader, at, result, reported)
-            return True
+        if exchange.unsupported or exchange.answer is None or sent is None:
+            self._ask(leader, at, exchange.doubted, result, reported)
+            at.reset()
+            return False
         self._answered(leader, at, sent, exchange.answer, state, result, reported)
         self._ask(leader, at, exchange.doubted, result, reported)
         return True
@@ -377,17 +382,6 @@ class Screen:
             if at.high_watermark(tp) != NO_OFFSET and tp not in at.unclear:
                 result.add(leader, tp)
         reported.update(tps)
-
-    def _in_doubt(
-        self, leader: int, at: _Leader, result: ScreenResult, reported: set[TopicPartition]
-    ) -> None:
-        """No answer to go by: every partition to DescribeProducers, a full fetch next."""
-        at.reset()
-        read = at.read_partitions()
-        for tp in read:
-            if tp not in at.unclear:
-                result.add(leader, tp)
-        reported.update(read)  # nothing "unchanged" this poll
 
     def _answered(
         self, leader: int, at: _Leader, sent: SessionRequest, response: Any,

@@ -172,10 +172,14 @@ def test_the_session_starts_full_then_reports_only_what_moved() -> None:
     assert client.sent == [FetchSent(7, 3, {}, tps(1))]
 
 
-@pytest.mark.parametrize("fault", ["session", "request", "missing", "impossible", "declined"])
+@pytest.mark.parametrize(
+    "fault", ["session", "request", "missing", "missing_unclear", "impossible", "declined"])
 def test_a_session_in_doubt_sends_its_partitions_to_describe_producers_and_starts_again(
     fault: str,
 ) -> None:
+    """An answer in doubt: its partitions go to DescribeProducers. No answer at all (a failed
+    request): the leader's partitions are read with ListOffsets in the same poll, and only
+    those with LSO < HW are asked. Either way a new session starts next poll."""
     answers: list[Callable[[FetchSent], tuple[Any, int]]] = [full_answer]
     if fault == "session":  # the epoch is refused: a full fetch in the same poll
         answers += [lambda sent: ({"error": INVALID_FETCH_SESSION_EPOCH}, 0), full_answer]
@@ -183,13 +187,15 @@ def test_a_session_in_doubt_sends_its_partitions_to_describe_producers_and_start
         answers += [lambda sent: (BrokerUnreachable("down"), 0)]
     elif fault == "missing":  # an added partition always comes back in its first answer
         answers = [lambda sent: ({T: [(0, 0, 10, 10), (2, 0, 30, 25)]}, 7)]
+    elif fault == "missing_unclear":
+        answers = [lambda sent: ({T: [(0, 0, 10, 10), (1, 0, 20, 20)]}, 7)]
     elif fault == "impossible":
         answers += [lambda sent: ({T: [(0, 0, 10, 12)]}, 7)]
     else:  # no room in the broker's session cache
         answers = [lambda sent: (*full_answer(sent)[:1], 0)]
     answers += [full_answer]
     screen, client = warm_screen(lambda sent: answers.pop(0)(sent))
-    if fault != "missing" and fault != "declined":
+    if fault in ("session", "request", "impossible"):
         poll(screen, {T: [0, 1, 2]})
         client.sent.clear()
     result, errors = poll(screen, {T: [0, 1, 2]})
@@ -199,14 +205,19 @@ def test_a_session_in_doubt_sends_its_partitions_to_describe_producers_and_start
         assert errors == [("Fetch", "INVALID_FETCH_SESSION_EPOCH")]
         assert result.ask == {1: {T: [2]}} and not result.unchanged
         return
-    expected = {"request": [0, 1, 2], "missing": [1, 2], "impossible": [0, 2],
+    expected = {"request": [2], "missing": [1, 2], "missing_unclear": [2], "impossible": [0, 2],
                 "declined": [2]}[fault]
     assert sorted(result.ask[1][T]) == expected and list(result.ask) == [1]
-    if fault == "request":  # 2's offsets are last poll's: known, not read this poll
-        assert result.offsets == {TopicPartition(T, 2): screening.Offsets(30, 25)}
-        assert not result.read
+    two = {TopicPartition(T, 2): screening.Offsets(30, 25)}
+    if fault == "request":  # read again with the two ListOffsets: this poll's offsets
+        assert sorted(s for s in client.sent if not isinstance(s, FetchSent)) == [
+            0, READ_COMMITTED]
+        assert result.read == two
+    if fault == "missing_unclear":  # 2's offsets are last poll's: known, not read this poll
+        assert result.offsets == two and not result.read
     assert {"request": [("Fetch", "BROKER_UNREACHABLE")],
             "missing": [("Fetch", "MISSING_FROM_ANSWER")],
+            "missing_unclear": [("Fetch", "MISSING_FROM_ANSWER")],
             "impossible": [("Fetch", "INVALID_OFFSET")],
             "declined": []}[fault] == errors
     client.sent.clear()
