@@ -479,14 +479,6 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
     return LeanFetchResponse(version, throttle_time_ms, error_code, session_id, topics)
 
 
-def _nullable_length(data: bytes, pos: int, flexible: bool) -> tuple[int, int]:
-    """A nullable array's or bytes' length (-1: null), compact or int32."""
-    if flexible:
-        return _length(data, pos)
-    (size,) = _I32.unpack_from(data, pos)
-    return size, pos + 4
-
-
 # -- ListOffsets ------------------------------------------------------------------------------
 
 
@@ -530,12 +522,18 @@ def decode_list_offsets(payload: bytes, version: int) -> LeanListOffsetsResponse
 
 def _list_length(data: bytes, pos: int, flexible: bool, what: str) -> tuple[int, int]:
     """An array's length, compact (flexible versions) or int32; null is a shape error."""
-    if flexible:
-        return _array(data, pos, what)
-    (count,) = _I32.unpack_from(data, pos)
+    count, pos = _nullable_length(data, pos, flexible)
     if count < 0:
         raise ShapeError(f"{what}: null where Kafka's schema allows none")
-    return count, pos + 4
+    return count, pos
+
+
+def _nullable_length(data: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    """A nullable array's or bytes' length (-1: null), compact or int32."""
+    if flexible:
+        return _length(data, pos)
+    (size,) = _I32.unpack_from(data, pos)
+    return size, pos + 4
 
 
 def _int16_string(data: bytes, pos: int, what: str) -> tuple[str, int]:
