@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """A partition, the key of most per-partition maps. A named tuple: a poll hashes, compares
+    and sorts these per partition and per open transaction, and a tuple does that in C."""
+
     topic: str
     partition: int
 
