@@ -132,10 +132,12 @@ def poll_ours(
     import structlog
 
     from exporter.analyze import analyze
+    from exporter.entry import tune_garbage_collector
     from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
     from exporter.snapshots import SnapshotStore
 
+    tune_garbage_collector()  # as the daemon's entry point does
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
     settings = ClusterSettings(
         name="bench", bootstrap_servers=(bootstrap,), request_timeout_seconds=120.0

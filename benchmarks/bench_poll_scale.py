@@ -7,7 +7,8 @@ Processes:
   answers one full Metadata before the poller starts (timed apart: the simulator builds its
   Metadata rows on the first request, a real broker before any), then freezes its heap
   (`gc.freeze()`: the cyclic GC no longer rescans the simulated state);
-- our poller in a fresh child with the default ClusterSettings (request timeout 10 s), polling
+- our poller in a fresh child with the default ClusterSettings (request timeout 10 s) and the
+  daemon's garbage-collector setting (`exporter.entry.tune_garbage_collector`), polling
   `--polls` times end to end (poll + analyze + publish). Per poll: wall, CPU of the poller
   (`time.process_time()`), CPU the simulator spent meanwhile (/proc/<pid>/stat), the request
   errors by API and error (a lost request is a REQUEST_TIMEOUT or a dropped connection), and
@@ -107,10 +108,12 @@ def poll(bootstrap: str, sim_pid: int, polls: int) -> dict[str, Any]:
 
     import exporter
     from exporter.analyze import analyze
+    from exporter.entry import tune_garbage_collector
     from exporter.observe import ClusterObserver
     from exporter.settings import ClusterSettings
     from exporter.snapshots import SnapshotStore
 
+    tune_garbage_collector()  # as the daemon's entry point does
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
     settings = ClusterSettings(name="bench", bootstrap_servers=(bootstrap,))
     poller = ClusterObserver(settings)

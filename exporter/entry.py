@@ -6,12 +6,13 @@ KeyboardInterrupt inside an import (where it can be swallowed): SIGTERM and SIGI
 process at once (nothing is running yet that needs a clean stop) with `serve`'s (and
 `demo`'s) documented status 0, or for the other commands 130 for SIGINT (as Ctrl-C) and 143
 for SIGTERM; SIGHUP is ignored by `serve` and `demo` (the configuration is about to be read
-anyway). Only `signal`, `os` and
-`sys` are imported here. The interpreter's own start-up, before this runs, is out of reach.
+anyway). Only `signal`, `os`, `sys` and `gc` are imported here. The interpreter's own
+start-up, before this runs, is out of reach.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -44,8 +45,23 @@ def install_early_handlers(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, _stop)
 
 
+YOUNG_COLLECTION_THRESHOLD = 100_000
+"""Container objects allocated (net) between two young collections; CPython's default: 700."""
+
+
+def tune_garbage_collector() -> None:
+    """Start a young collection after `YOUNG_COLLECTION_THRESHOLD` allocations, not 700.
+
+    A poll's records live as long as the poll, so at CPython's default most of them are
+    promoted before they die, and their count starts full collections; each walks every
+    long-lived object, and a large cluster's per-partition maps are millions of them. Cycles
+    are still collected, only later (benchmarks/RESULTS.md#garbage-collector)."""
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def main() -> int:
     install_early_handlers(sys.argv[1:])
+    tune_garbage_collector()
     from exporter.cli import main as cli_main
 
     return cli_main()
