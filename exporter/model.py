@@ -73,16 +73,17 @@ class ProducerEntry:
     coordinator_epoch: int
     current_txn_start_offset: int
     last_timestamp_ms: int
+    key: TxnKey = field(init=False, repr=False, compare=False)
+    """Made once: a poll looks each open transaction up by it many times."""
 
-    @property
-    def key(self) -> TxnKey:
-        return (
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (
             self.topic,
             self.partition,
             self.producer_id,
             self.producer_epoch,
             self.current_txn_start_offset,
-        )
+        ))
 
     @property
     def is_open(self) -> bool:

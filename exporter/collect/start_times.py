@@ -47,6 +47,9 @@ class StartTimeResolver:
         self._batch_timestamps: dict[TxnKey, int | None] = {}
         """The batch's max timestamp; None: no readable batch at that offset (read no more)."""
         self._first_seen_ms: dict[TxnKey, int] = {}
+        self._resolved: dict[TxnKey, tuple[ProducerEntry, int | None, OpenTransaction]] = {}
+        """Last poll's result per transaction, with the entry and batch timestamp it came
+        from: a reused DescribeProducers answer (the same entry) gets the same record."""
 
     def cache_sizes(self) -> dict[str, int]:
         return {
@@ -57,20 +60,26 @@ class StartTimeResolver:
     async def resolve(self, meta: MetadataView, state: PollState) -> list[OpenTransaction]:
         """Each open entry with its start time; the batch is read once per transaction."""
         first_seen = self._first_seen_ms
-        for txn in state.open_entries:
-            first_seen.setdefault(txn.key, state.now_ms)
-        to_read = [t for t in state.open_entries if t.key not in self._batch_timestamps]
+        batch_timestamps = self._batch_timestamps
+        keyed = [(t.key, t) for t in state.open_entries]
+        to_read: list[ProducerEntry] = []
+        for key, t in keyed:
+            first_seen.setdefault(key, state.now_ms)
+            if key not in batch_timestamps:
+                to_read.append(t)
         if to_read:
             await self._read(to_read, meta, state)
         result: list[OpenTransaction] = []
-        batch_timestamps = self._batch_timestamps
-        for t in state.open_entries:
-            key = t.key
-            start_ms, source = start_time(
-                batch_timestamps.get(key), t.last_timestamp_ms, first_seen[key]
-            )
-            result.append(
-                OpenTransaction(
+        last = self._resolved
+        resolved: dict[TxnKey, tuple[ProducerEntry, int | None, OpenTransaction]] = {}
+        for key, t in keyed:
+            batch_ms = batch_timestamps.get(key)
+            before = last.get(key)
+            if before is not None and before[0] is t and before[1] == batch_ms:
+                open_txn = before[2]
+            else:
+                start_ms, source = start_time(batch_ms, t.last_timestamp_ms, first_seen[key])
+                open_txn = OpenTransaction(
                     t.topic,
                     t.partition,
                     t.leader_id,
@@ -82,7 +91,9 @@ class StartTimeResolver:
                     start_ms,
                     source,
                 )
-            )
+            resolved[key] = (t, batch_ms, open_txn)
+            result.append(open_txn)
+        self._resolved = resolved
         return result
 
     def evict_closed(self, state: PollState, meta: MetadataView) -> None:
