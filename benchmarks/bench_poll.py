@@ -5,7 +5,8 @@ Processes (so that each CPU/RSS number belongs to one side only):
   partitions with an idempotent producer, 1% with an open transaction incl. long-running and
   hanging ones), `set_latency(5)` on every response;
 - each poller runs in a fresh child (`--child ours|kafka-python`); it reports wall time,
-  `time.process_time()` (CPU of the polling process only) and VmHWM (peak RSS).
+  `time.process_time()` (CPU of the polling process only) and VmHWM (peak RSS). Ours runs
+  with the daemon's garbage-collector setting (`exporter.entry.tune_garbage_collector`).
 
 "One poll" with kafka-python's public API (KafkaAdminClient), the nearest equivalent of ours:
   describe_topics()                       Metadata: every partition
