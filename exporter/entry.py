@@ -46,11 +46,11 @@ def install_early_handlers(argv: list[str]) -> None:
 
 
 YOUNG_COLLECTION_THRESHOLD = 100_000
-"""Container objects allocated (net) between two young collections; CPython's default: 700."""
+"""Container objects allocated (net) between two young collections (CPython 3.11: 700)."""
 
 
 def tune_garbage_collector() -> None:
-    """Start a young collection after `YOUNG_COLLECTION_THRESHOLD` allocations, not 700.
+    """Start a young collection after `YOUNG_COLLECTION_THRESHOLD` allocations.
 
     A poll's records live as long as the poll, so at CPython's default most of them are
     promoted before they die, and their count starts full collections; each walks every
