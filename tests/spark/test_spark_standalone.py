@@ -177,7 +177,7 @@ def _wait_for_worker(cluster: Standalone, procs: list[subprocess.Popen[bytes]]) 
                 state = json.load(resp)
             if any(w.get("state") == "ALIVE" for w in state.get("workers", [])):
                 return
-        except OSError:
+        except (OSError, ValueError):  # not up yet; while starting, /json/ may answer HTML
             pass
         if time.monotonic() > deadline:
             pytest.fail("no worker registered with the master:\n" + _tail_logs(cluster.logs))
