@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.collect.apis.describe_transactions import DescribeTransactions
+from exporter.collect.apis.describe_transactions import DescribeTransactions, Known
 from exporter.collect.apis.find_coordinator import (
     CoordinatorApiUnsupported,
     FindTransactionCoordinators,
@@ -63,9 +63,15 @@ class CoordinatorReader:
         self._listed_ids: dict[int, str] = {}
         """Producer id -> the transactional id a coordinator listed for it, for the producers
         asked about last poll."""
+        self._described: Known = {}
+        """The transaction states the latest DescribeTransactions call read."""
 
     def cache_sizes(self) -> dict[str, int]:
-        return {"coordinators": len(self._coordinators), "listed_ids": len(self._listed_ids)}
+        return {
+            "coordinators": len(self._coordinators),
+            "listed_ids": len(self._listed_ids),
+            "described_states": len(self._described),
+        }
 
     async def list_transactions(self, meta: MetadataView, state: PollState) -> Listing:
         """Every broker's ListTransactions (each coordinates a slice) and whether all answered."""
@@ -123,9 +129,10 @@ class CoordinatorReader:
         # Forget the coordinators of ids no longer asked about (their transactions ended).
         for gone in [t for t in self._coordinators if t not in wanted_ids]:
             del self._coordinators[gone]
+        known, self._described = self._described, {}
         if wanted:
             try:
-                await self._describe(wanted, view, meta, state)
+                await self._describe(wanted, view, meta, state, known)
             except CoordinatorApiUnsupported:
                 view.complete = False
         self._drop_disowned(remembered, view)
@@ -149,16 +156,18 @@ class CoordinatorReader:
         view: CoordinatorView,
         meta: MetadataView,
         state: PollState,
+        known: Known,
     ) -> None:
         """DescribeTransactions at each id's coordinator (looked up by FindCoordinator when not
-        known, or moved); a coordinator moved or loading is asked once more."""
+        known, or moved); a coordinator moved or loading is asked once more. The previous call's
+        transaction states are `known`; this call's go to `_described`."""
         coordinators = CoordinatorStrategy(
             self._driver,
             lambda: FindTransactionCoordinators(self._coordinators),
             self._coordinators,
             attempts=2,
         )
-        handler = DescribeTransactions(view.descriptions)
+        handler = DescribeTransactions(view.descriptions, known, self._described)
         await self._driver.run(handler, coordinators, transactional_ids, meta, state, attempts=2)
         if not handler.complete:
             view.complete = False

@@ -14,7 +14,9 @@ same bytes but keep only the fields the exporter reads, with as few objects as p
 - ListOffsets: per partition its index, error and offset.
 
 They enforce Kafka's nullability themselves (a null where the schema allows none raises
-`ShapeError`), so `shapes.check_response` is not needed on their output. Other versions (the
+`ShapeError`), so `shapes.check_response` is not needed on their output. The primitives below
+are public: ListTransactions and DescribeTransactions keep their lean decoders in their own
+modules (`collect/apis/`) and read with them. Other versions (the
 non-flexible Metadata v0-v8) still go through kafka-python. Equivalence with kafka-python's
 decoding is tested on random responses in tests/collect/test_collect_fastdecode.py. Pure.
 """
@@ -184,9 +186,10 @@ class LeanListOffsetsResponse:
 
 
 # -- primitives (flexible versions: unsigned varints, compact strings/arrays, tagged fields) --
+# Public: an API module that keeps its own lean codec (collect/apis/) reads with these too.
 
 
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+def uvarint(data: bytes, pos: int) -> tuple[int, int]:
     value = 0
     shift = 0
     while True:
@@ -200,35 +203,35 @@ def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 5 bytes")
 
 
-def _skip_tags(data: bytes, pos: int) -> int:
+def skip_tags(data: bytes, pos: int) -> int:
     if data[pos] == 0:
         return pos + 1
-    count, pos = _uvarint(data, pos)
+    count, pos = uvarint(data, pos)
     for _ in range(count):
-        _, pos = _uvarint(data, pos)
-        size, pos = _uvarint(data, pos)
+        _, pos = uvarint(data, pos)
+        size, pos = uvarint(data, pos)
         pos += size
     return pos
 
 
-def _length(data: bytes, pos: int) -> tuple[int, int]:
+def compact_length(data: bytes, pos: int) -> tuple[int, int]:
     """Compact array/string length (-1: null)."""
     byte = data[pos]
     if byte < 0x80:
         return byte - 1, pos + 1
-    value, pos = _uvarint(data, pos)
+    value, pos = uvarint(data, pos)
     return value - 1, pos
 
 
-def _array(data: bytes, pos: int, what: str) -> tuple[int, int]:
-    count, pos = _length(data, pos)
+def compact_array(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    count, pos = compact_length(data, pos)
     if count < 0:
         raise ShapeError(f"{what}: null where Kafka's schema allows none")
     return count, pos
 
 
 def _nullable_string(data: bytes, pos: int) -> tuple[str | None, int]:
-    size, pos = _length(data, pos)
+    size, pos = compact_length(data, pos)
     if size < 0:
         return None, pos
     end = pos + size
@@ -237,7 +240,7 @@ def _nullable_string(data: bytes, pos: int) -> tuple[str | None, int]:
     return data[pos:end].decode("utf-8"), end
 
 
-def _string(data: bytes, pos: int, what: str) -> tuple[str, int]:
+def compact_string(data: bytes, pos: int, what: str) -> tuple[str, int]:
     value, pos = _nullable_string(data, pos)
     if value is None:
         raise ShapeError(f"{what}: null where Kafka's schema allows none")
@@ -245,17 +248,17 @@ def _string(data: bytes, pos: int, what: str) -> tuple[str, int]:
 
 
 def _int32_array_bytes(data: bytes, pos: int, what: str) -> tuple[bytes, int]:
-    count, pos = _array(data, pos, what)
+    count, pos = compact_array(data, pos, what)
     end = pos + 4 * count
     return data[pos:end], end
 
 
 def _skip_int32s(data: bytes, pos: int, what: str) -> int:
-    count, pos = _array(data, pos, what)
+    count, pos = compact_array(data, pos, what)
     return pos + 4 * count
 
 
-def _end(data: bytes, pos: int) -> None:
+def check_end(data: bytes, pos: int) -> None:
     if pos > len(data):
         raise ValueError("response shorter than its fields")
 
@@ -267,15 +270,15 @@ def _metadata_brokers(data: bytes, version: int) -> tuple[list[MetadataBroker], 
     """The brokers array; returns them and the position of ClusterId."""
     if not 9 <= version <= 13:
         raise ValueError(f"lean Metadata decoder handles v9-v13, not v{version}")
-    pos = _skip_tags(data, 4) + 4  # correlation id, header tags; throttle_time_ms
-    count, pos = _array(data, pos, "brokers")
+    pos = skip_tags(data, 4) + 4  # correlation id, header tags; throttle_time_ms
+    count, pos = compact_array(data, pos, "brokers")
     brokers: list[MetadataBroker] = []
     for _ in range(count):
         (node_id,) = _I32.unpack_from(data, pos)
-        host, pos = _string(data, pos + 4, "brokers[].host")
+        host, pos = compact_string(data, pos + 4, "brokers[].host")
         (port,) = _I32.unpack_from(data, pos)
         rack, pos = _nullable_string(data, pos + 4)
-        pos = _skip_tags(data, pos)
+        pos = skip_tags(data, pos)
         brokers.append(MetadataBroker(node_id, host, port, rack))
     return brokers, pos
 
@@ -287,7 +290,7 @@ def metadata_identity(payload: bytes, version: int) -> bytes:
     the lean decoder does not read: everything but the correlation id."""
     if not 9 <= version <= 13:
         return payload[4:]
-    brokers_start = _skip_tags(payload, 4) + 4
+    brokers_start = skip_tags(payload, 4) + 4
     _, pos = _metadata_brokers(payload, version)
     _, controller_at = _nullable_string(payload, pos)
     return payload[brokers_start:controller_at] + payload[controller_at + 4 :]
@@ -299,7 +302,7 @@ def decode_metadata(payload: bytes, version: int) -> LeanMetadataResponse:
     brokers, pos = _metadata_brokers(data, version)
     _, pos = _nullable_string(data, pos)  # cluster_id
     pos += 4  # controller_id
-    count, pos = _array(data, pos, "topics")
+    count, pos = compact_array(data, pos, "topics")
     topics: list[MetadataTopic] = []
     replica_lists: set[bytes] = set()  # distinct raw ReplicaNodes arrays: few, decoded at the end
     add_replicas = replica_lists.add
@@ -309,7 +312,7 @@ def decode_metadata(payload: bytes, version: int) -> LeanMetadataResponse:
         if version >= 12:
             name, pos = _nullable_string(data, pos + 2)
         else:
-            name, pos = _string(data, pos + 2, "topics[].name")
+            name, pos = compact_string(data, pos + 2, "topics[].name")
         topic_id = None
         if version >= 10:
             raw_id = data[pos : pos + 16]
@@ -319,7 +322,7 @@ def decode_metadata(payload: bytes, version: int) -> LeanMetadataResponse:
                 topic_id = uuid.UUID(bytes=raw_id)
             pos += 16
         is_internal = data[pos] != 0
-        partition_count, pos = _array(data, pos + 1, "topics[].partitions")
+        partition_count, pos = compact_array(data, pos + 1, "topics[].partitions")
         indexes: list[int] = []
         leaders: list[int] = []
         for _ in range(partition_count):
@@ -338,17 +341,17 @@ def decode_metadata(payload: bytes, version: int) -> LeanMetadataResponse:
             pos = pos + 4 * size - 3 if 0 < size < 0x80 else _skip_int32s(data, pos, "isr")
             size = data[pos]
             pos = pos + 4 * size - 3 if 0 < size < 0x80 else _skip_int32s(data, pos, "offline")
-            pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos)
+            pos = pos + 1 if data[pos] == 0 else skip_tags(data, pos)
             indexes.append(index)
             leaders.append(leader)
-        pos = _skip_tags(data, pos + 4)  # topic_authorized_operations
+        pos = skip_tags(data, pos + 4)  # topic_authorized_operations
         topics.append(MetadataTopic(error_code, name, topic_id, is_internal, indexes, leaders))
     if version <= 10:
         pos += 4  # cluster_authorized_operations (v8-v10)
     if version >= 13:
         pos += 2  # error_code
-    pos = _skip_tags(data, pos)
-    _end(data, pos)
+    pos = skip_tags(data, pos)
+    check_end(data, pos)
     replica_ids: set[int] = set()
     for raw in replica_lists:
         replica_ids.update(struct.unpack(f">{len(raw) // 4}i", raw))
@@ -370,15 +373,15 @@ def decode_describe_producers(
     if version != 0:
         raise ValueError(f"lean DescribeProducers decoder handles v0, not v{version}")
     data = bytes(payload)  # no copy for bytes; slices of a bytearray would stay bytearrays
-    pos = _skip_tags(data, 4)
+    pos = skip_tags(data, 4)
     (throttle_time_ms,) = _I32.unpack_from(data, pos)
-    count, pos = _array(data, pos + 4, "topics")
+    count, pos = compact_array(data, pos + 4, "topics")
     topics: list[DescribeProducersTopic] = []
     unpack_head = _DP_PARTITION_HEAD.unpack_from
     one_producer_tail = _DP_ONE_PRODUCER_TAIL.unpack_from
     for _ in range(count):
-        name, pos = _string(data, pos, "topics[].name")
-        partition_count, pos = _array(data, pos, "topics[].partitions")
+        name, pos = compact_string(data, pos, "topics[].name")
+        partition_count, pos = compact_array(data, pos, "topics[].partitions")
         partitions: list[DescribeProducersPartition] = []
         answered: list[int] = []  # a list appends faster; packed below so it is not kept
         answer = answered.append
@@ -398,7 +401,7 @@ def decode_describe_producers(
                         pos += 46
                         continue
             message, pos = _nullable_string(data, pos + 6)
-            producer_count, pos = _array(data, pos, "active_producers")
+            producer_count, pos = compact_array(data, pos, "active_producers")
             if producer_count >= 2 and error_code == 0:
                 state_counts.append((index, producer_count))
             producers: list[ActiveProducer] = []
@@ -406,18 +409,18 @@ def decode_describe_producers(
                 fields = _PRODUCER.unpack_from(data, pos)
                 if fields[5] >= 0 or not open_only:
                     producers.append(ActiveProducer(*fields))
-                pos = _skip_tags(data, pos + _PRODUCER.size)
-            pos = _skip_tags(data, pos)
+                pos = skip_tags(data, pos + _PRODUCER.size)
+            pos = skip_tags(data, pos)
             if error_code != 0 or producers:
                 partitions.append(
                     DescribeProducersPartition(index, error_code, message, producers)
                 )
-        pos = _skip_tags(data, pos)
+        pos = skip_tags(data, pos)
         topics.append(
             DescribeProducersTopic(name, partitions, array("i", answered), state_counts)
         )
-    pos = _skip_tags(data, pos)
-    _end(data, pos)
+    pos = skip_tags(data, pos)
+    check_end(data, pos)
     return LeanDescribeProducersResponse(version, throttle_time_ms, topics)
 
 
@@ -432,7 +435,7 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
         raise ValueError(f"lean Fetch decoder handles v7-v17, not v{version}")
     data = bytes(payload)
     flexible = version >= 12
-    pos = _skip_tags(data, 4) if flexible else 4
+    pos = skip_tags(data, 4) if flexible else 4
     throttle_time_ms, error_code, session_id = _FETCH_TOP.unpack_from(data, pos)
     count, pos = _list_length(data, pos + _FETCH_TOP.size, flexible, "responses")
     replica_size = 4 if version >= 11 else 0
@@ -446,7 +449,7 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
                 topic_id = uuid.UUID(bytes=raw_id)
             pos += 16
         elif flexible:
-            topic, pos = _string(data, pos, "responses[].topic")
+            topic, pos = compact_string(data, pos, "responses[].topic")
         else:
             topic, pos = _int16_string(data, pos, "responses[].topic")
         partition_count, pos = _list_length(data, pos, flexible, "responses[].partitions")
@@ -459,7 +462,7 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
             aborted, pos = _nullable_length(data, pos, flexible)
             if flexible:
                 for _ in range(max(aborted, 0)):
-                    pos = _skip_tags(data, pos + 16)  # producer_id, first_offset
+                    pos = skip_tags(data, pos + 16)  # producer_id, first_offset
             else:
                 pos += 16 * max(aborted, 0)
             size, pos = _nullable_length(data, pos + replica_size, flexible)
@@ -468,14 +471,14 @@ def decode_fetch(payload: bytes, version: int) -> LeanFetchResponse:
                 records = data[pos : pos + size]
                 pos += size
             if flexible:
-                pos = _skip_tags(data, pos)
+                pos = skip_tags(data, pos)
             partitions.append(FetchPartition(index, partition_error, hw, lso, log_start, records))
         if flexible:
-            pos = _skip_tags(data, pos)
+            pos = skip_tags(data, pos)
         topics.append(FetchTopic(topic, topic_id, partitions))
     if flexible:
-        pos = _skip_tags(data, pos)
-    _end(data, pos)
+        pos = skip_tags(data, pos)
+    check_end(data, pos)
     return LeanFetchResponse(version, throttle_time_ms, error_code, session_id, topics)
 
 
@@ -489,7 +492,7 @@ def decode_list_offsets(payload: bytes, version: int) -> LeanListOffsetsResponse
         raise ValueError(f"lean ListOffsets decoder handles v1-v11, not v{version}")
     data = bytes(payload)
     flexible = version >= 6
-    pos = _skip_tags(data, 4) if flexible else 4
+    pos = skip_tags(data, 4) if flexible else 4
     throttle_time_ms = 0
     if version >= 2:
         (throttle_time_ms,) = _I32.unpack_from(data, pos)
@@ -500,7 +503,7 @@ def decode_list_offsets(payload: bytes, version: int) -> LeanListOffsetsResponse
     topics: list[ListOffsetsTopic] = []
     for _ in range(count):
         if flexible:
-            name, pos = _string(data, pos, "topics[].name")
+            name, pos = compact_string(data, pos, "topics[].name")
         else:
             name, pos = _int16_string(data, pos, "topics[].name")
         partition_count, pos = _list_length(data, pos, flexible, "topics[].partitions")
@@ -509,14 +512,14 @@ def decode_list_offsets(payload: bytes, version: int) -> LeanListOffsetsResponse
             index, error_code, _timestamp, offset = unpack_partition(data, pos)
             pos += _LIST_OFFSETS_PARTITION.size + epoch_size
             if flexible:
-                pos = _skip_tags(data, pos)
+                pos = skip_tags(data, pos)
             partitions.append(ListOffsetsPartition(index, error_code, offset))
         if flexible:
-            pos = _skip_tags(data, pos)
+            pos = skip_tags(data, pos)
         topics.append(ListOffsetsTopic(name, partitions))
     if flexible:
-        pos = _skip_tags(data, pos)
-    _end(data, pos)
+        pos = skip_tags(data, pos)
+    check_end(data, pos)
     return LeanListOffsetsResponse(version, throttle_time_ms, topics)
 
 
@@ -531,7 +534,7 @@ def _list_length(data: bytes, pos: int, flexible: bool, what: str) -> tuple[int,
 def _nullable_length(data: bytes, pos: int, flexible: bool) -> tuple[int, int]:
     """A nullable array's or bytes' length (-1: null), compact or int32."""
     if flexible:
-        return _length(data, pos)
+        return compact_length(data, pos)
     (size,) = _I32.unpack_from(data, pos)
     return size, pos + 4
 

@@ -18,7 +18,8 @@ from exporter.model import Classification
 ROUNDS = 25
 IDS_PER_ROUND = 8
 PER_TRANSACTION_CACHES = (
-    "batch_timestamps", "first_seen", "coordinators", "seen_open", "untracked_polls",
+    "batch_timestamps", "first_seen", "coordinators", "described_states", "seen_open",
+    "untracked_polls",
 )
 
 
