@@ -14,11 +14,12 @@ same bytes but keep only the fields the exporter reads, with as few objects as p
 - ListOffsets: per partition its index, error and offset.
 
 They enforce Kafka's nullability themselves (a null where the schema allows none raises
-`ShapeError`), so `shapes.check_response` is not needed on their output. The primitives below
-are public: ListTransactions and DescribeTransactions keep their lean decoders in their own
-modules (`collect/apis/`) and read with them. Other versions (the
+`ShapeError`), so `shapes.check_response` is not needed on their output. Other versions (the
 non-flexible Metadata v0-v8) still go through kafka-python. Equivalence with kafka-python's
 decoding is tested on random responses in tests/collect/test_collect_fastdecode.py. Pure.
+
+The primitives below are public: ListTransactions and DescribeTransactions keep their lean
+decoders in their own modules (`collect/apis/`) and read with them.
 """
 
 from __future__ import annotations
@@ -186,7 +187,6 @@ class LeanListOffsetsResponse:
 
 
 # -- primitives (flexible versions: unsigned varints, compact strings/arrays, tagged fields) --
-# Public: an API module that keeps its own lean codec (collect/apis/) reads with these too.
 
 
 def uvarint(data: bytes, pos: int) -> tuple[int, int]:
